@@ -1,0 +1,135 @@
+"""Mini-batch SGD on a torch model: the generic learner behind FedAvg-style strategies."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+from torch import nn
+
+from flowerbed.clients.learner import SupervisedLearner
+from flowerbed.data.base import DatasetMeta
+from flowerbed.platform import registry
+from flowerbed.platform.messages import Arrays
+from flowerbed.platform.registry import Params, register
+from flowerbed.platform.scenario import Scenario
+
+
+class SGDParams(Params):
+    """Local optimisation settings."""
+
+    lr: float = Field(0.05, gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    batch_size: int = Field(32, ge=1)
+    local_epochs: int = Field(1, ge=1)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+
+
+@register("learner", "sgd")
+class SGDLearner(SupervisedLearner):
+    """Mini-batch SGD/Adam on the scenario's torch model (cross-entropy or MSE)."""
+
+    Params = SGDParams
+
+    def __init__(self, params: SGDParams, *, scenario: Scenario) -> None:
+        super().__init__(params, scenario=scenario)
+        if scenario.model is None:  # type: ignore[attr-defined]
+            raise ValueError("learner 'sgd' needs a 'model:' block (e.g. model: mlp)")
+        self.p: SGDParams = params
+
+    def _build(self, meta: DatasetMeta) -> nn.Module:
+        out = meta.num_classes if meta.task == "classification" else 1
+        module: nn.Module = registry.build(
+            "model", self.scenario.model, in_features=meta.num_features, out_features=out  # type: ignore[attr-defined]
+        )
+        return module
+
+    def _load(self, meta: DatasetMeta, arrays: Arrays) -> nn.Module:
+        model = self._build(meta)
+        state = OrderedDict((k, torch.from_numpy(np.array(v))) for k, v in arrays.items())
+        model.load_state_dict(state, strict=True)
+        return model
+
+    @staticmethod
+    def _arrays(model: nn.Module) -> Arrays:
+        return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+    def init_arrays(self, meta: DatasetMeta, seed: int) -> Arrays:
+        """Weights of a freshly initialised model (torch's default init, seeded)."""
+        torch.manual_seed(seed)
+        return self._arrays(self._build(meta))
+
+    def epochs_per_round(self) -> int:
+        """Local epochs per ``train`` message."""
+        return self.p.local_epochs
+
+    def _loss(self, meta: DatasetMeta) -> nn.Module:
+        return nn.CrossEntropyLoss() if meta.task == "classification" else nn.MSELoss()
+
+    def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        if self.p.optimizer == "adam":
+            return torch.optim.Adam(
+                model.parameters(), lr=self.p.lr, weight_decay=self.p.weight_decay
+            )
+        return torch.optim.SGD(
+            model.parameters(), lr=self.p.lr, momentum=self.p.momentum,
+            weight_decay=self.p.weight_decay,
+        )
+
+    def fit(
+        self,
+        arrays: Arrays,
+        x: np.ndarray,
+        y: np.ndarray,
+        meta: DatasetMeta,
+        seed: int,
+        epochs: int | None = None,
+    ) -> tuple[Arrays, dict[str, float]]:
+        """Run ``epochs`` (default ``local_epochs``) of seeded mini-batch training."""
+        torch.manual_seed(seed)
+        model = self._load(meta, arrays)
+        model.train()
+        opt, loss_fn = self._optimizer(model), self._loss(meta)
+        xt, yt = _tensors(x, y, meta)
+        gen = torch.Generator().manual_seed(seed)
+        total, count = 0.0, 0
+        for _ in range(epochs or self.p.local_epochs):
+            order = torch.randperm(len(yt), generator=gen)
+            for start in range(0, len(yt), self.p.batch_size):
+                idx = order[start : start + self.p.batch_size]
+                opt.zero_grad()
+                loss = loss_fn(_squeeze(model(xt[idx]), meta), yt[idx])
+                loss.backward()
+                opt.step()
+                total += float(loss) * len(idx)
+                count += len(idx)
+        return self._arrays(model), {"loss": total / max(count, 1)}
+
+    def score(
+        self, arrays: Arrays, x: np.ndarray, y: np.ndarray, meta: DatasetMeta
+    ) -> dict[str, float]:
+        """Loss, plus accuracy for classification."""
+        model = self._load(meta, arrays)
+        model.eval()
+        xt, yt = _tensors(x, y, meta)
+        with torch.no_grad():
+            out = _squeeze(model(xt), meta)
+            metrics = {"loss": float(self._loss(meta)(out, yt))}
+            if meta.task == "classification":
+                metrics["accuracy"] = float((out.argmax(dim=1) == yt).float().mean())
+        return metrics
+
+
+def _tensors(x: np.ndarray, y: np.ndarray, meta: DatasetMeta) -> tuple[torch.Tensor, torch.Tensor]:
+    xt = torch.as_tensor(np.asarray(x, dtype=np.float32))
+    if meta.task == "classification":
+        return xt, torch.as_tensor(np.asarray(y, dtype=np.int64))
+    return xt, torch.as_tensor(np.asarray(y, dtype=np.float32))
+
+
+def _squeeze(out: torch.Tensor, meta: DatasetMeta) -> torch.Tensor:
+    return out if meta.task == "classification" else out.squeeze(-1)

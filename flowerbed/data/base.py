@@ -1,0 +1,105 @@
+"""Dataset and partition containers shared by every data source and partitioner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+Task = Literal["classification", "regression"]
+
+
+@dataclass(frozen=True)
+class DatasetMeta:
+    """What a learner needs to know about a dataset without seeing the data.
+
+    Attributes
+    ----------
+    name
+        Registry name of the dataset.
+    task
+        ``classification`` (integer labels ``0..num_classes-1``) or ``regression``.
+    num_features
+        Width of ``x`` (after flattening images).
+    num_classes
+        Number of classes (0 for regression).
+    feature_names, class_names
+        Human-readable names (may be empty).
+    source, license
+        Where the data comes from and under which terms.
+    input_shape
+        Shape of one example before flattening (e.g. ``(8, 8)``).
+    """
+
+    name: str
+    task: Task
+    num_features: int
+    num_classes: int = 0
+    feature_names: tuple[str, ...] = ()
+    class_names: tuple[str, ...] = ()
+    source: str = ""
+    license: str = ""
+    input_shape: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Train and test splits as numpy arrays, plus metadata.
+
+    ``x_*`` are ``float32`` arrays of shape ``(n, num_features)``; ``y_*`` are
+    ``int64`` labels for classification and ``float64`` targets for regression.
+    ``groups_train`` optionally holds a natural client id per training example.
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    meta: DatasetMeta
+    groups_train: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Partition:
+    """How the training split is divided among clients.
+
+    Attributes
+    ----------
+    indices
+        One index array into ``Dataset.x_train`` per client.
+    columns
+        Optional per-client feature columns (vertical / feature-subset splits);
+        ``None`` means every client sees every column.
+    """
+
+    indices: list[np.ndarray]
+    columns: list[np.ndarray] | None = None
+
+    @property
+    def sizes(self) -> list[int]:
+        """Number of training examples per client."""
+        return [len(i) for i in self.indices]
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """One client's local data, as its learner sees it.
+
+    ``x_train``/``x_test`` already hold only the client's columns when the
+    partition restricts features; ``columns`` says which ones they are.
+    """
+
+    partition_id: int
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    meta: DatasetMeta
+    columns: np.ndarray | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def num_train(self) -> int:
+        """Number of local training examples."""
+        return len(self.y_train)

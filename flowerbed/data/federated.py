@@ -1,0 +1,102 @@
+"""Materialise a scenario's dataset and partition once per process, and slice clients."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from flowerbed.data.base import ClientData, Dataset, Partition
+from flowerbed.platform import registry
+from flowerbed.platform.scenario import Scenario
+from flowerbed.platform.seeds import derive_seed
+
+
+@dataclass(frozen=True)
+class FederatedData:
+    """The dataset, its partition, and each client's local train/test split."""
+
+    dataset: Dataset
+    partition: Partition
+    local_train: list[np.ndarray]
+    local_test: list[np.ndarray]
+
+    def client(self, pid: int) -> ClientData:
+        """Client ``pid``'s local data (its columns only, when restricted)."""
+        ds = self.dataset
+        cols = None if self.partition.columns is None else self.partition.columns[pid]
+        tr, te = self.local_train[pid], self.local_test[pid]
+
+        def view(x: np.ndarray) -> np.ndarray:
+            return x if cols is None else x[:, cols]
+
+        return ClientData(
+            partition_id=pid,
+            x_train=view(ds.x_train[tr]),
+            y_train=ds.y_train[tr],
+            x_test=view(ds.x_train[te]),
+            y_test=ds.y_train[te],
+            meta=ds.meta,
+            columns=cols,
+        )
+
+    def pooled_train(self) -> tuple[np.ndarray, np.ndarray]:
+        """Union of all clients' local training examples (the centralized baseline's data)."""
+        idx = np.sort(np.concatenate(self.local_train)) if self.local_train else np.array([])
+        return self.dataset.x_train[idx], self.dataset.y_train[idx]
+
+
+def _local_split(
+    indices: np.ndarray, fraction: float, seed: int, pid: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hold out ``fraction`` of a client's examples for its own evaluation."""
+    order = np.random.default_rng(derive_seed(seed, "local-test", pid)).permutation(indices)
+    n_test = int(round(fraction * len(order)))
+    if len(order) - n_test < 1:
+        n_test = 0
+    return np.sort(order[n_test:]), np.sort(order[:n_test])
+
+
+def _key(scenario: Scenario) -> str:
+    parts = {
+        "dataset": scenario.component("dataset").model_dump(mode="json"),
+        "partition": scenario.component("partition").model_dump(mode="json"),
+        "num_clients": scenario.num_clients,
+        "seed": scenario.seed,
+        "clients": scenario.clients.model_dump(mode="json"),
+    }
+    return json.dumps(parts, sort_keys=True)
+
+
+def federated_data(scenario: Scenario) -> FederatedData:
+    """Build (or fetch from this process's cache) the scenario's federated data."""
+    return _build(_key(scenario), scenario)
+
+
+_CACHE: dict[str, FederatedData] = {}
+
+
+def _build(key: str, scenario: Scenario) -> FederatedData:
+    if key in _CACHE:
+        return _CACHE[key]
+    seed = scenario.seed
+    dataset = registry.build("dataset", scenario.component("dataset"), seed=seed)
+    partition = registry.build(
+        "partition", scenario.component("partition"), data=dataset,
+        num_clients=scenario.num_clients, seed=seed,
+    )
+    if len(partition.indices) != scenario.num_clients:
+        raise ValueError(
+            f"partition produced {len(partition.indices)} clients, "
+            f"expected num_clients={scenario.num_clients}"
+        )
+    frac = scenario.clients.local_test_fraction
+    splits = [_local_split(ix, frac, seed, pid) for pid, ix in enumerate(partition.indices)]
+    data = FederatedData(
+        dataset, partition, [s[0] for s in splits], [s[1] for s in splits]
+    )
+    if len(_CACHE) >= 4:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[key] = data
+    return data

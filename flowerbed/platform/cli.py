@@ -1,0 +1,138 @@
+"""``flowerbed`` command line: run, validate, list."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from flowerbed.platform.scenario import ScenarioError
+
+Command = Callable[[argparse.Namespace], int]
+_COMMANDS: dict[str, Command] = {}
+
+
+def _add_set(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+        help="override a scenario value (repeatable), e.g. --set strategy.fraction_train=0.5",
+    )
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Validate scenario files; print every problem with its YAML path."""
+    from flowerbed.platform.scenario import load_scenario
+
+    status = 0
+    for path in args.files:
+        try:
+            scenario = load_scenario(path, args.overrides)
+        except ScenarioError as exc:
+            print(exc, file=sys.stderr)
+            status = 1
+            continue
+        print(f"{path}: ok ({scenario.name}, digest {scenario.digest()})")
+        if args.show:
+            print(scenario.to_yaml())
+    return status
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """List registered components with one-line descriptions."""
+    from flowerbed.platform import registry
+    from flowerbed.platform.plugins import load_plugins
+
+    load_plugins()
+    kinds = [args.kind] if args.kind else list(registry.KINDS)
+    if args.kind and args.kind not in registry.KINDS:
+        print(f"unknown kind {args.kind!r}; known: {', '.join(registry.KINDS)}", file=sys.stderr)
+        return 2
+    table = Table("kind", "name", "description")
+    for kind in kinds:
+        for entry in registry.entries(kind):
+            table.add_row(kind, entry.name, entry.summary)
+        for name, hint in registry.hints(kind).items():
+            table.add_row(kind, name, f"[dim]unavailable: {hint}[/dim]")
+    Console().print(table)
+    return 0
+
+
+def summary_table(summary: dict[str, Any], keys: Sequence[str]) -> Table:
+    """Federated vs baselines, one row per source, the scenario's summary metrics as columns."""
+    results: dict[str, dict[str, float]] = summary["results"]
+    present = [k for k in keys if any(f"test/{k}" in m for m in results.values())]
+    table = Table("", *present, title=f"{summary['scenario']} (seed {summary['seed']})")
+    for source, metrics in results.items():
+        cells = [f"{metrics[f'test/{k}']:.4f}" if f"test/{k}" in metrics else "-" for k in present]
+        table.add_row(source, *cells)
+    return table
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run one scenario; print the summary table and the run folder."""
+    from flowerbed.platform.runner import RunError, run
+    from flowerbed.platform.scenario import load_scenario
+
+    scenario = load_scenario(args.file, args.overrides)
+    try:
+        result = run(scenario, output_dir=args.output_dir, progress=not args.quiet)
+    except RunError as exc:
+        print(f"run failed: {exc}", file=sys.stderr)
+        return 1
+    console = Console()
+    console.print(summary_table(result.summary, scenario.metrics.summary))
+    console.print(f"wall time {result.summary['wall_time_s']:.1f} s · results in {result.run_dir}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(prog="flowerbed", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run a scenario")
+    p.add_argument("file")
+    _add_set(p)
+    p.add_argument("--output-dir", default=None, help="root of run folders (default: scenario's)")
+    p.add_argument("--quiet", action="store_true", help="logs only, no live display")
+    _COMMANDS["run"] = cmd_run
+
+    p = sub.add_parser("validate", help="check scenario files")
+    p.add_argument("files", nargs="+")
+    _add_set(p)
+    p.add_argument("--show", action="store_true", help="print the resolved scenario")
+    _COMMANDS["validate"] = cmd_validate
+
+    p = sub.add_parser("list", help="list registered components")
+    p.add_argument("kind", nargs="?")
+    _COMMANDS["list"] = cmd_list
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``flowerbed`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("flowerbed").setLevel(logging.INFO if args.verbose else logging.WARNING)
+    try:
+        return _COMMANDS[args.command](args)
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; finished rounds are saved in the run folder", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

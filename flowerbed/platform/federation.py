@@ -1,0 +1,271 @@
+"""The ``Federation`` facade: how strategies talk to clients, by partition id."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from flwr.app import Message
+from flwr.serverapp import Grid
+
+from flowerbed.platform import keys
+from flowerbed.platform.messages import Arrays, Payload, check_reply
+from flowerbed.platform.seeds import derive_seed
+
+if TYPE_CHECKING:
+    from flowerbed.platform.results import Recorder
+    from flowerbed.platform.scenario import Scenario
+
+
+class RoundFailedError(RuntimeError):
+    """Too few clients answered a phase; finished rounds are already saved."""
+
+
+@dataclass
+class Replies:
+    """Outcome of one :meth:`Federation.ask`, keyed by partition id.
+
+    Attributes
+    ----------
+    ok
+        Usable replies.
+    failed
+        Replies that came back as errors or failed validation, with the reason.
+    missing
+        Clients that did not answer before the timeout.
+    """
+
+    ok: dict[int, Payload] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
+    missing: list[int] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        """``{"ok": .., "failed": .., "missing": ..}`` for logs and progress."""
+        return {"ok": len(self.ok), "failed": len(self.failed), "missing": len(self.missing)}
+
+
+def required_replies(min_replies: float, asked: int) -> int:
+    """Absolute number of replies needed: ``min_replies`` < 1 is a fraction of ``asked``."""
+    if min_replies < 1:
+        return max(1, math.ceil(min_replies * asked))
+    return min(int(min_replies), asked)
+
+
+class Federation:
+    """Partition-id view of a Flower ``Grid``.
+
+    Strategies never see node ids: :meth:`connect` maps each node to the
+    partition id it serves (one ``query.setup`` message, which also ships the
+    resolved scenario), and :meth:`ask` sends one message type to a set of
+    partitions and sorts the answers into ok / failed / missing.
+    """
+
+    def __init__(self, grid: Grid, scenario: Scenario, recorder: Recorder) -> None:
+        self.grid = grid
+        self.scenario = scenario
+        self.recorder = recorder
+        self.node_of: dict[int, int] = {}
+        self.pid_of: dict[int, int] = {}
+
+    @property
+    def partition_ids(self) -> list[int]:
+        """Connected partition ids, sorted."""
+        return sorted(self.node_of)
+
+    def wait_for_nodes(self, timeout: float) -> list[int]:
+        """Block until ``num_clients`` nodes are registered (Flower's round-1 race)."""
+        expected = self.scenario.num_clients
+        deadline = time.monotonic() + timeout
+        while len(nodes := list(self.grid.get_node_ids())) < expected:
+            if time.monotonic() > deadline:
+                raise RoundFailedError(
+                    f"only {len(nodes)} of {expected} client nodes connected within {timeout:.0f} s"
+                )
+            time.sleep(0.05)
+        return sorted(nodes)
+
+    def connect(self) -> None:
+        """Wait for the nodes, learn their partition ids and ship the scenario."""
+        timeout = self.scenario.federation.timeout
+        nodes = self.wait_for_nodes(timeout)
+        setup = Payload(
+            config={
+                keys.SCENARIO_YAML: self.scenario.to_yaml(),
+                keys.SCENARIO_DIGEST: self.scenario.digest(),
+            }
+        )
+        messages = [Message(setup.to_record(), dst_node_id=n, message_type=keys.SETUP) for n in nodes]
+        failures: list[str] = []
+        for reply in self.grid.send_and_receive(messages, timeout=timeout):
+            node = reply.metadata.src_node_id
+            if reply.has_error():
+                failures.append(f"node {node}: {reply.error.reason}")
+                continue
+            pid = int(Payload.from_record(reply.content).config[keys.PARTITION_ID])
+            self.node_of[pid], self.pid_of[node] = node, pid
+        if failures:
+            raise RoundFailedError("client setup failed: " + "; ".join(failures))
+        missing = set(range(self.scenario.num_clients)) - set(self.node_of)
+        if missing:
+            raise RoundFailedError(f"clients with partition ids {sorted(missing)} did not answer setup")
+        self.recorder.event("connected", clients=len(self.node_of))
+
+    def sample(self, fraction: float, server_round: int, phase: str = "train") -> list[int]:
+        """Seeded client cohort: depends only on (root seed, phase, round)."""
+        pids = self.partition_ids
+        k = max(1, int(round(fraction * len(pids))))
+        gen = np.random.default_rng(derive_seed(self.scenario.seed, "sample", phase, server_round))
+        return sorted(int(p) for p in gen.choice(pids, size=k, replace=False))
+
+    def ask(
+        self,
+        message_type: str,
+        payload: Payload | Mapping[int, Payload],
+        clients: Iterable[int] | None = None,
+        *,
+        server_round: int = 0,
+        timeout: float | None = None,
+        expected_arrays: Arrays | None = None,
+        min_replies: float | None = None,
+    ) -> Replies:
+        """Send ``message_type`` to ``clients`` (default: all) and collect replies.
+
+        Parameters
+        ----------
+        message_type
+            ``query.<action>``, ``train.<action>`` or ``evaluate.<action>``.
+        payload
+            One payload for everyone, or one per partition id.
+        clients
+            Partition ids to ask.
+        server_round
+            Written into the config so learners derive round-specific seeds.
+        timeout
+            Seconds to wait (default: the scenario's ``federation.timeout``).
+        expected_arrays
+            When given, replies whose arrays differ in names/shapes/dtypes fail.
+        min_replies
+            Overrides ``federation.min_replies`` for this ask.
+
+        Raises
+        ------
+        RoundFailedError
+            Fewer usable replies than ``min_replies`` require.
+        """
+        pids = self.partition_ids if clients is None else sorted(clients)
+        messages = []
+        for pid in pids:
+            body = payload[pid] if isinstance(payload, Mapping) else payload
+            config = {**body.config, keys.SERVER_ROUND: server_round}
+            record = Payload(body.arrays, config, body.metrics, body.num_examples).to_record()
+            messages.append(
+                Message(record, dst_node_id=self.node_of[pid], message_type=message_type,
+                        group_id=str(server_round))
+            )
+        raw = self.grid.send_and_receive(messages, timeout=timeout or self.scenario.federation.timeout)
+        replies = self.sort_replies(raw, pids, expected_arrays)
+        self.recorder.replies(message_type, server_round, replies)
+        need = required_replies(
+            self.scenario.federation.min_replies if min_replies is None else min_replies, len(pids)
+        )
+        if len(replies.ok) < need:
+            raise RoundFailedError(
+                f"{message_type} round {server_round}: {len(replies.ok)} usable replies, "
+                f"need {need} (failed: {replies.failed or 'none'}, missing: {replies.missing or 'none'})"
+            )
+        return replies
+
+    def sort_replies(
+        self, raw: Iterable[Message], asked: list[int], expected: Arrays | None = None
+    ) -> Replies:
+        """Classify raw Flower replies by partition id, in partition-id order."""
+        out = Replies()
+        for msg in raw:
+            pid = self.pid_of.get(msg.metadata.src_node_id)
+            if pid is None:
+                continue
+            if msg.has_error():
+                out.failed[pid] = _short_reason(msg.error.reason)
+                continue
+            body = Payload.from_record(msg.content)
+            reason = check_reply(body, expected)
+            if reason:
+                out.failed[pid] = reason
+            else:
+                out.ok[pid] = body
+        out.ok = dict(sorted(out.ok.items()))
+        out.failed = dict(sorted(out.failed.items()))
+        out.missing = [p for p in asked if p not in out.ok and p not in out.failed]
+        return out
+
+
+def _short_reason(reason: str) -> str:
+    """Flower wraps client exceptions in several layers; keep the last message line."""
+    lines = [ln.strip() for ln in str(reason).replace("\\n", "\n").splitlines() if ln.strip()]
+    text = lines[-1] if lines else str(reason)
+    return text.removesuffix("'>").strip()
+
+
+def describe(value: Any) -> str:
+    """Compact text for logs."""
+    return repr(value) if not isinstance(value, float) else f"{value:.4g}"
+
+
+class FlowerGridView(Grid):
+    """A ``Grid`` for Flower's own strategies that keeps flowerbed's guarantees.
+
+    Node ids are listed in partition-id order (so Flower's sampling, seeded by
+    the caller, picks the same partitions every run), replies come back in
+    partition-id order (so aggregation sums in a fixed order), replies with
+    non-finite values are dropped as failed, and every phase is recorded.
+    """
+
+    def __init__(self, federation: Federation) -> None:
+        self.fed = federation
+        self.server_round = 0
+
+    def set_run(self, run: Any) -> None:  # noqa: D102 - delegated
+        self.fed.grid.set_run(run)
+
+    @property
+    def run(self) -> Any:  # noqa: D102 - delegated
+        return self.fed.grid.run
+
+    def create_message(self, *args: Any, **kwargs: Any) -> Message:  # noqa: D102 - delegated
+        return self.fed.grid.create_message(*args, **kwargs)
+
+    def get_node_ids(self) -> list[int]:
+        """Node ids of the connected partitions, in partition-id order."""
+        return [self.fed.node_of[p] for p in self.fed.partition_ids]
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:  # noqa: D102
+        return self.fed.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:  # noqa: D102
+        return self.fed.grid.pull_messages(message_ids)
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        """Send, then return valid replies (and error replies) in partition-id order."""
+        messages = list(messages)
+        if not messages:
+            return []
+        message_type = messages[0].metadata.message_type
+        asked = sorted(self.fed.pid_of[m.metadata.dst_node_id] for m in messages)
+        raw = list(self.fed.grid.send_and_receive(messages, timeout=timeout))
+        replies = self.fed.sort_replies(raw, asked)
+        self.fed.recorder.replies(message_type, self.server_round, replies)
+        need = required_replies(self.fed.scenario.federation.min_replies, len(asked))
+        if len(replies.ok) < need:
+            raise RoundFailedError(
+                f"{message_type} round {self.server_round}: {len(replies.ok)} usable replies, "
+                f"need {need} (failed: {replies.failed or 'none'}, missing: {replies.missing or 'none'})"
+            )
+        by_pid = {self.fed.pid_of[m.metadata.src_node_id]: m for m in raw}
+        keep = [p for p in sorted(by_pid) if p in replies.ok or by_pid[p].has_error()]
+        return [by_pid[p] for p in keep]

@@ -1,0 +1,18 @@
+"""Record keys shared by the server and the client: the only place they are spelt."""
+
+#: ``RecordDict`` entries (the first two match Flower's FedAvg defaults).
+ARRAYS = "arrays"
+CONFIG = "config"
+METRICS = "metrics"
+
+#: Keys inside the records.
+NUM_EXAMPLES = "num-examples"  # Flower's FedAvg weights replies by this key
+SERVER_ROUND = "server-round"  # set by Flower's strategies in train/evaluate configs
+SCENARIO_YAML = "scenario-yaml"
+SCENARIO_DIGEST = "scenario-digest"
+PARTITION_ID = "partition-id"
+NUM_PARTITIONS = "num-partitions"
+JSON_PREFIX = "json:"  # config values Flower's ConfigRecord cannot hold travel as JSON
+
+#: Message types the platform itself sends.
+SETUP = "query.setup"

@@ -1,0 +1,24 @@
+"""Import every module that registers components (explicit, no filename magic)."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+
+#: Modules whose import registers datasets, partitioners, models, learners,
+#: strategies and baselines. Add a method's modules here.
+PLUGIN_MODULES = (
+    "flowerbed.data.sklearn_data",
+    "flowerbed.data.partitioners",
+    "flowerbed.clients.models",
+    "flowerbed.clients.torch_learner",
+    "flowerbed.strategies.fedavg",
+    "flowerbed.platform.baselines",
+)
+
+
+@functools.cache
+def load_plugins() -> None:
+    """Import all plugin modules once."""
+    for name in PLUGIN_MODULES:
+        importlib.import_module(name)

@@ -1,0 +1,141 @@
+"""Explicit registry of named components, keyed by the names scenario YAML uses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, create_model
+
+KINDS = ("dataset", "partition", "model", "learner", "strategy", "baseline")
+
+
+class Params(BaseModel):
+    """Base of every component's parameter model: strict, frozen, no unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered component.
+
+    Attributes
+    ----------
+    kind, name
+        Registry coordinates; ``name`` is what a scenario writes.
+    target
+        The class or function that implements the component.
+    params
+        Pydantic model validating the component's YAML block, with a
+        ``name: Literal[name]`` field added for discriminated unions.
+    summary
+        First line of the target's docstring, shown by ``flowerbed list``.
+    """
+
+    kind: str
+    name: str
+    target: Any
+    params: type[Params]
+    summary: str
+
+
+class UnknownComponentError(KeyError):
+    """Raised for a name nobody registered; the message lists the known names."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+_REGISTRY: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
+_HINTS: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
+
+T = TypeVar("T")
+
+
+def register(
+    kind: str, name: str, params: type[Params] | None = None
+) -> Callable[[T], T]:
+    """Register ``target`` under ``(kind, name)``.
+
+    Parameters
+    ----------
+    kind
+        One of :data:`KINDS`.
+    name
+        The name used in scenario YAML.
+    params
+        Parameter model of the component; defaults to ``target.Params`` when
+        the target defines one, else a model with no parameters.
+
+    Examples
+    --------
+    >>> @register("baseline", "doc_example")
+    ... def doc_example(ctx):
+    ...     '''A baseline that does nothing.'''
+    >>> get("baseline", "doc_example").summary
+    'A baseline that does nothing.'
+    >>> _ = unregister("baseline", "doc_example")
+    """
+    if kind not in _REGISTRY:
+        raise ValueError(f"unknown registry kind {kind!r}; known: {', '.join(KINDS)}")
+
+    def decorate(target: T) -> T:
+        if name in _REGISTRY[kind]:
+            raise ValueError(f"{kind} {name!r} is already registered")
+        base = params or getattr(target, "Params", None) or Params
+        model = create_model(  # type: ignore[call-overload]
+            f"{kind}:{name}",
+            __base__=base,
+            name=(Literal[name], name),  # type: ignore[valid-type]
+        )
+        doc = (getattr(target, "__doc__", None) or "").strip().splitlines()
+        summary = doc[0] if doc else ""
+        _REGISTRY[kind][name] = Entry(kind, name, target, model, summary)
+        return target
+
+    return decorate
+
+
+def unregister(kind: str, name: str) -> Entry:
+    """Remove and return an entry (used by tests that register throw-away parts)."""
+    return _REGISTRY[kind].pop(name)
+
+
+def register_hint(kind: str, name: str, hint: str) -> None:
+    """Record that ``name`` exists but needs an optional extra (``hint`` says how)."""
+    _HINTS[kind][name] = hint
+
+
+def get(kind: str, name: str) -> Entry:
+    """Return the entry for ``(kind, name)`` or raise listing the known names."""
+    entries = _REGISTRY[kind]
+    if name in entries:
+        return entries[name]
+    if name in _HINTS[kind]:
+        raise UnknownComponentError(f"{kind} {name!r} is not available: {_HINTS[kind][name]}")
+    raise UnknownComponentError(
+        f"unknown {kind} {name!r}; known: {', '.join(sorted(entries)) or '(none)'}"
+    )
+
+
+def names(kind: str) -> list[str]:
+    """Sorted names registered under ``kind``."""
+    return sorted(_REGISTRY[kind])
+
+
+def entries(kind: str) -> list[Entry]:
+    """Registered entries of ``kind`` sorted by name."""
+    return [_REGISTRY[kind][n] for n in names(kind)]
+
+
+def hints(kind: str) -> dict[str, str]:
+    """Names of ``kind`` that need an optional extra, with the install hint."""
+    return dict(_HINTS[kind])
+
+
+def build(kind: str, spec: Params, **kwargs: Any) -> Any:
+    """Instantiate the component that ``spec`` (a validated params model) names."""
+    entry = get(kind, spec.name)  # type: ignore[attr-defined]
+    return entry.target(spec, **kwargs)

@@ -1,0 +1,183 @@
+"""Run folders and result sinks: nothing computed is lost, every file is written atomically."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform as pyplatform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flowerbed.platform.federation import Replies
+    from flowerbed.platform.scenario import Scenario
+
+log = logging.getLogger("flowerbed")
+
+SCENARIO_FILE = "scenario.resolved.yaml"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+CLIENTS_FILE = "clients.json"
+LOG_FILE = "run.log"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and a rename (never half a file)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def versions() -> dict[str, str]:
+    """Versions of the packages that decide a run's numbers."""
+    out = {"python": pyplatform.python_version()}
+    for pkg in ("flowerbed", "flwr", "torch", "numpy", "scipy", "scikit-learn", "ray"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def new_run_dir(scenario: Scenario, root: str | Path | None = None) -> Path:
+    """``<output_dir>/<scenario>/<timestamp>-<digest>``, created; never reuses a folder."""
+    base = Path(root if root is not None else scenario.output_dir) / scenario.name
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    path = base / f"{stamp}-{scenario.digest()}"
+    suffix = 1
+    while path.exists():
+        suffix += 1
+        path = base / f"{stamp}-{scenario.digest()}-{suffix}"
+    path.mkdir(parents=True)
+    return path
+
+
+def metric_name(phase: str, name: str) -> str:
+    """``<phase>/<split>/<metric>``; a bare metric name is taken to be on the test split."""
+    return f"{phase}/{name}" if "/" in name else f"{phase}/test/{name}"
+
+
+@dataclass
+class Recorder:
+    """Receives everything a run produces and writes it to the run folder.
+
+    ``run_dir=None`` keeps results in memory only. ``listeners`` are called
+    with each row (the live progress display is one).
+    """
+
+    scenario: Scenario
+    run_dir: Path | None = None
+    listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+    _handler: logging.Handler | None = None
+
+    def start(self) -> None:
+        """Write the resolved scenario and attach the run log."""
+        if self.run_dir is None:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.run_dir / SCENARIO_FILE, self.scenario.to_yaml())
+        handler = logging.FileHandler(self.run_dir / LOG_FILE)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        handler.setLevel(logging.INFO)
+        for name in ("flowerbed", "flwr"):
+            logging.getLogger(name).addHandler(handler)
+        self._handler = handler
+
+    def close(self) -> None:
+        """Detach the run log."""
+        if self._handler is not None:
+            for name in ("flowerbed", "flwr"):
+                logging.getLogger(name).removeHandler(self._handler)
+            self._handler.close()
+            self._handler = None
+
+    def _append(self, row: dict[str, Any]) -> None:
+        row = {"time_s": round(time.time() - self.started, 3), **row}
+        self.rows.append(row)
+        if self.run_dir is not None:
+            with open(self.run_dir / METRICS_FILE, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        for listener in self.listeners:
+            listener(row)
+
+    def metrics(self, server_round: int, phase: str, values: dict[str, float]) -> None:
+        """Record one row of metrics, named ``<phase>/<split>/<metric>``."""
+        named = {metric_name(phase, k): float(v) for k, v in values.items()}
+        self._append({"round": server_round, "phase": phase, **named})
+        log.info("round %d %s %s", server_round, phase, _fmt(named))
+
+    def replies(self, message_type: str, server_round: int, replies: Replies) -> None:
+        """Record who answered a phase; failures are named by partition id."""
+        row: dict[str, Any] = {
+            "round": server_round,
+            "phase": message_type,
+            "event": "replies",
+            **replies.counts(),
+        }
+        if replies.failed:
+            row["failed_clients"] = {str(k): v for k, v in replies.failed.items()}
+            for pid, reason in replies.failed.items():
+                log.warning("round %d %s: client %d failed: %s", server_round, message_type, pid, reason)
+        if replies.missing:
+            row["missing_clients"] = replies.missing
+            log.warning("round %d %s: no reply from clients %s", server_round, message_type, replies.missing)
+        self._append(row)
+
+    def event(self, name: str, **info: Any) -> None:
+        """Record a notable event (connection, baseline start, error)."""
+        self._append({"event": name, **info})
+        log.info("%s %s", name, info)
+
+    def write_json(self, filename: str, data: Any) -> None:
+        """Write a JSON file into the run folder atomically."""
+        if self.run_dir is not None:
+            atomic_write(self.run_dir / filename, json.dumps(data, indent=2, default=_json_default) + "\n")
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        """Write ``summary.json`` (the last file a complete run writes)."""
+        self.write_json(SUMMARY_FILE, summary)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+def _fmt(metrics: dict[str, float]) -> str:
+    return " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
+
+
+@dataclass(frozen=True)
+class Result:
+    """What :func:`flowerbed.run` returns: the summary, every metrics row, the folder."""
+
+    summary: dict[str, Any]
+    rows: list[dict[str, Any]]
+    run_dir: Path | None
+
+    def final(self, source: str = "federated") -> dict[str, float]:
+        """Final metrics of ``federated`` or of a baseline."""
+        value: dict[str, float] = self.summary["results"][source]
+        return value
+
+
+def load_result(run_dir: str | Path) -> Result:
+    """Read a finished run folder back into a :class:`Result`."""
+    path = Path(run_dir)
+    summary = json.loads((path / SUMMARY_FILE).read_text())
+    rows = [json.loads(ln) for ln in (path / METRICS_FILE).read_text().splitlines() if ln.strip()]
+    return Result(summary, rows, path)

@@ -1,0 +1,177 @@
+"""Engines: run a scenario's ServerApp and ClientApp with Ray (simulation) or inline."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from flowerbed.platform.results import Recorder, Result, new_run_dir
+from flowerbed.platform.scenario import Scenario, from_dict, load_scenario
+
+log = logging.getLogger("flowerbed")
+
+
+class RunError(RuntimeError):
+    """The run stopped early; ``run_dir`` holds everything finished before the error."""
+
+    def __init__(self, message: str, run_dir: Path | None) -> None:
+        where = f" (partial results in {run_dir})" if run_dir else ""
+        super().__init__(f"{message}{where}")
+        self.run_dir = run_dir
+
+
+def _client_app() -> Any:
+    from flowerbed.clients.client_app import app
+
+    return app
+
+
+def run_inline(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
+    """The same ServerApp/ClientApp code in one process through an in-process Grid."""
+    from flowerbed.platform.inline import InlineGrid
+    from flowerbed.platform.server import serve
+
+    grid = InlineGrid(_client_app(), scenario.num_clients)
+    return serve(grid, scenario, recorder)
+
+
+def backend_config(scenario: Scenario) -> dict[str, Any]:
+    """Ray settings: per-client resources, quiet logs, one BLAS thread per worker."""
+    res = scenario.engine.client_resources
+    threads = str(max(1, int(res.num_cpus)))
+    init_args: dict[str, Any] = {
+        "logging_level": "ERROR",
+        "log_to_driver": False,
+        "runtime_env": {
+            "env_vars": {
+                "OMP_NUM_THREADS": threads,
+                "MKL_NUM_THREADS": threads,
+                "OPENBLAS_NUM_THREADS": threads,
+            }
+        },
+    }
+    if scenario.engine.ray_num_cpus:
+        init_args["num_cpus"] = scenario.engine.ray_num_cpus
+    return {
+        "client_resources": {"num_cpus": res.num_cpus, "num_gpus": res.num_gpus},
+        "init_args": init_args,
+    }
+
+
+def run_ray(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
+    """Flower's simulation engine (``run_simulation``, Ray backend)."""
+    from flwr.simulation import run_simulation
+
+    from flowerbed.platform.server import serve
+
+    outcome: dict[str, Any] = {}
+    server_app = ServerApp()
+
+    @server_app.main()
+    def _main(grid: Grid, context: Context) -> None:
+        del context
+        try:
+            outcome["summary"] = serve(grid, scenario, recorder)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            outcome["error"] = exc
+
+    with _quiet_flower():
+        run_simulation(
+            server_app=server_app,
+            client_app=_client_app(),
+            num_supernodes=scenario.num_clients,
+            backend_config=backend_config(scenario),  # type: ignore[arg-type]
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    if "summary" not in outcome:
+        raise RuntimeError("the Flower simulation ended without running the ServerApp")
+    summary: dict[str, Any] = outcome["summary"]
+    return summary
+
+
+@contextlib.contextmanager
+def _quiet_flower() -> Iterator[None]:
+    """Keep Flower's per-round INFO lines out of the terminal (they go to run.log)."""
+    flwr_log = logging.getLogger("flwr")
+    console = [h for h in flwr_log.handlers if not isinstance(h, logging.FileHandler)]
+    levels = [h.level for h in console]
+    for h in console:
+        h.setLevel(logging.WARNING)
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    try:
+        yield
+    finally:
+        for h, level in zip(console, levels, strict=True):
+            h.setLevel(level)
+
+
+ENGINES = {"inline": run_inline, "simulation": run_ray}
+
+
+def run(
+    scenario: Scenario | str | Path | dict[str, Any],
+    overrides: list[str] | None = None,
+    *,
+    output_dir: str | Path | None = None,
+    save: bool = True,
+    progress: bool = False,
+) -> Result:
+    """Run a scenario end to end and return its :class:`Result`.
+
+    Parameters
+    ----------
+    scenario
+        A validated scenario, a YAML path, or a mapping.
+    overrides
+        ``key.path=value`` strings applied before validation.
+    output_dir
+        Root of run folders (default: the scenario's ``output_dir``).
+    save
+        Write the run folder; ``False`` keeps results in memory only.
+    progress
+        Show the live rich display on stderr.
+
+    Examples
+    --------
+    >>> import flowerbed
+    >>> result = flowerbed.run("scenarios/quickstart.yaml", ["engine=inline"])  # doctest: +SKIP
+    >>> result.final("federated")["test/accuracy"] > 0.8  # doctest: +SKIP
+    True
+    """
+    scenario = _resolve(scenario, overrides)
+    run_dir = new_run_dir(scenario, output_dir) if save else None
+    recorder = Recorder(scenario, run_dir)
+    recorder.start()
+    display = None
+    if progress:
+        from flowerbed.platform.progress import LiveProgress
+
+        display = LiveProgress(scenario.name, scenario.rounds)
+        recorder.listeners.append(display)
+    try:
+        with display if display is not None else contextlib.nullcontext():
+            summary = ENGINES[scenario.engine.name](scenario, recorder)
+    except Exception as exc:
+        recorder.event("run_failed", error=f"{type(exc).__name__}: {exc}")
+        raise RunError(f"{type(exc).__name__}: {exc}", run_dir) from exc
+    finally:
+        recorder.close()
+    return Result(summary, recorder.rows, run_dir)
+
+
+def _resolve(scenario: Scenario | str | Path | dict[str, Any], overrides: list[str] | None) -> Scenario:
+    if isinstance(scenario, (str, Path)):
+        return load_scenario(scenario, overrides)
+    if isinstance(scenario, dict):
+        return from_dict(scenario, overrides)
+    if overrides:
+        return from_dict(scenario.to_dict(), overrides)
+    return scenario

@@ -1,0 +1,100 @@
+"""The ServerApp: one code path for simulation, inline runs and ``flwr run``."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from flowerbed.platform import registry
+from flowerbed.platform.federation import Federation
+from flowerbed.platform.results import CLIENTS_FILE, Recorder, new_run_dir, versions
+from flowerbed.platform.scenario import Scenario, load_scenario
+from flowerbed.strategies.base import ServerContext
+
+log = logging.getLogger("flowerbed")
+
+
+def client_table(ctx: ServerContext) -> list[dict[str, Any]]:
+    """Per-client sizes and label histograms (written to ``clients.json``)."""
+    data = ctx.data
+    meta = data.dataset.meta
+    rows = []
+    for pid in range(ctx.scenario.num_clients):
+        client = data.client(pid)
+        row: dict[str, Any] = {
+            "partition_id": pid,
+            "num_train": int(client.num_train),
+            "num_test": int(len(client.y_test)),
+        }
+        if meta.task == "classification":
+            row["label_histogram"] = np.bincount(client.y_train, minlength=meta.num_classes).tolist()
+        if client.columns is not None:
+            row["columns"] = client.columns.tolist()
+        rows.append(row)
+    return rows
+
+
+def run_baselines(ctx: ServerContext) -> dict[str, dict[str, float]]:
+    """Run every baseline the scenario lists; a failing baseline is recorded, not fatal."""
+    out: dict[str, dict[str, float]] = {}
+    for spec in ctx.scenario.baselines:  # type: ignore[attr-defined]
+        ctx.recorder.event("baseline_start", baseline=spec.name)
+        try:
+            metrics = registry.build("baseline", spec, ctx=ctx)
+        except Exception as exc:  # noqa: BLE001 - a broken baseline must not lose the run
+            log.exception("baseline %s failed", spec.name)
+            ctx.recorder.event("baseline_failed", baseline=spec.name, error=f"{type(exc).__name__}: {exc}")
+            continue
+        ctx.recorder.metrics(ctx.scenario.rounds, spec.name, metrics)
+        out[spec.name] = metrics
+    return out
+
+
+def serve(grid: Grid, scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
+    """Connect the clients, run the strategy and the baselines, write the summary."""
+    started = time.time()
+    ctx = ServerContext(scenario, recorder)
+    recorder.write_json(CLIENTS_FILE, client_table(ctx))
+    fed = Federation(grid, scenario, recorder)
+    fed.connect()
+    strategy = registry.build("strategy", scenario.component("strategy"), scenario=scenario)
+    federated = strategy.run(fed, ctx)
+    results = {"federated": federated, **run_baselines(ctx)}
+    summary = {
+        "scenario": scenario.name,
+        "digest": scenario.digest(),
+        "seed": scenario.seed,
+        "engine": scenario.engine.name,
+        "num_clients": scenario.num_clients,
+        "rounds": scenario.rounds,
+        "results": results,
+        "wall_time_s": round(time.time() - started, 3),
+        "versions": versions(),
+        "run_dir": str(recorder.run_dir) if recorder.run_dir else None,
+    }
+    recorder.finish(summary)
+    return summary
+
+
+# ``flwr run .`` entry point: the scenario file and overrides come from the run config.
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """ServerApp main for the Flower CLI (``[tool.flwr.app.config]`` names the scenario)."""
+    config = context.run_config
+    overrides = [o.strip() for o in str(config.get("overrides", "")).split(";") if o.strip()]
+    scenario = load_scenario(str(config["scenario"]), overrides)
+    recorder = Recorder(scenario, new_run_dir(scenario))
+    recorder.start()
+    try:
+        summary = serve(grid, scenario, recorder)
+        log.warning("flowerbed: results in %s: %s", recorder.run_dir, summary["results"])
+    finally:
+        recorder.close()

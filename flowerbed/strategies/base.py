@@ -1,0 +1,63 @@
+"""Server-side contract: a strategy drives the federation and returns final metrics."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import ClassVar
+
+from flowerbed.clients.learner import Learner
+from flowerbed.data.federated import FederatedData, federated_data
+from flowerbed.platform import registry
+from flowerbed.platform.federation import Federation
+from flowerbed.platform.registry import Params
+from flowerbed.platform.results import Recorder
+from flowerbed.platform.scenario import Scenario
+
+
+@dataclass
+class ServerContext:
+    """What a strategy may use besides the federation.
+
+    ``data`` gives the server the global test split (for server-side
+    evaluation) and, in simulation, the pooled data that baselines use.
+    """
+
+    scenario: Scenario
+    recorder: Recorder
+
+    @functools.cached_property
+    def learner(self) -> Learner:
+        """The scenario's learner, for server-side evaluation with the same code."""
+        learner: Learner = registry.build("learner", self.scenario.component("learner"), scenario=self.scenario)
+        return learner
+
+    @functools.cached_property
+    def data(self) -> FederatedData:
+        """The scenario's dataset and partition (built once per process)."""
+        return federated_data(self.scenario)
+
+    def should_evaluate(self, server_round: int) -> bool:
+        """Server evaluation schedule: every ``metrics.eval_every`` rounds and the last."""
+        every = self.scenario.metrics.eval_every
+        return server_round % every == 0 or server_round == self.scenario.rounds
+
+
+class Strategy:
+    """A federated strategy driver.
+
+    Subclasses implement :meth:`run`, talking to clients only through the
+    :class:`Federation` and returning the final federated metrics, named
+    ``<split>/<metric>`` (e.g. ``test/accuracy``), which the summary puts
+    beside the baselines'. Per-round metrics go to ``ctx.recorder``.
+    """
+
+    Params: ClassVar[type[Params]] = Params
+
+    def __init__(self, params: Params, *, scenario: Scenario) -> None:
+        self.params = params
+        self.scenario = scenario
+
+    def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
+        """Drive the federation to the end; return final metrics."""
+        raise NotImplementedError

@@ -1,0 +1,132 @@
+"""FedAvg (McMahan et al., 2017) through Flower's own ``FedAvg`` strategy, seeded."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg
+from pydantic import Field
+
+from flowerbed.clients.learner import SupervisedLearner
+from flowerbed.platform import keys
+from flowerbed.platform.federation import FlowerGridView, Federation
+from flowerbed.platform.messages import Payload
+from flowerbed.platform.registry import Params, register
+from flowerbed.platform.seeds import derive_seed
+from flowerbed.strategies.base import ServerContext, Strategy
+
+
+class FedAvgParams(Params):
+    """Client fractions per round (Flower's FedAvg arguments)."""
+
+    fraction_train: float = Field(1.0, gt=0, le=1)
+    fraction_evaluate: float = Field(
+        1.0, ge=0, le=1, description="clients evaluating on their held-out split; 0 skips"
+    )
+
+
+@contextmanager
+def seeded_random(seed: int) -> Iterator[None]:
+    """Seed Python's global ``random`` (which Flower samples with) for one block."""
+    state = random.getstate()
+    random.seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(state)
+
+
+class _SeededFedAvg(FedAvg):
+    """Flower's FedAvg with cohorts drawn from the scenario seed and metrics recorded."""
+
+    def __init__(self, root_seed: int, view: FlowerGridView, ctx: ServerContext, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.root_seed = root_seed
+        self.view = view
+        self.ctx = ctx
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        self.view.server_round = server_round
+        with seeded_random(derive_seed(self.root_seed, "sample", "train", server_round)):
+            return super().configure_train(server_round, arrays, config, grid)
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        self.view.server_round = server_round
+        with seeded_random(derive_seed(self.root_seed, "sample", "evaluate", server_round)):
+            return super().configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        arrays, metrics = super().aggregate_train(server_round, replies)
+        if metrics:
+            self.ctx.recorder.metrics(server_round, "train", _train_split(metrics))
+        return arrays, metrics
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        metrics = super().aggregate_evaluate(server_round, replies)
+        if metrics:
+            named = {f"local_test/{k}": float(v) for k, v in metrics.items() if k != keys.NUM_EXAMPLES}  # type: ignore[arg-type]
+            self.ctx.recorder.metrics(server_round, "evaluate", named)
+        return metrics
+
+
+def _train_split(metrics: MetricRecord) -> dict[str, float]:
+    return {f"train/{k}": float(v) for k, v in metrics.items() if k != keys.NUM_EXAMPLES}  # type: ignore[arg-type]
+
+
+@register("strategy", "fedavg")
+class FedAvgStrategy(Strategy):
+    """FedAvg: weighted average of client weights each round (Flower's implementation)."""
+
+    Params = FedAvgParams
+
+    def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
+        """Run ``scenario.rounds`` FedAvg rounds; return server-side test metrics."""
+        p: FedAvgParams = self.params  # type: ignore[assignment]
+        learner = ctx.learner
+        if not isinstance(learner, SupervisedLearner):
+            raise TypeError(f"fedavg needs a learner with weights; {type(learner).__name__} has none")
+        data = ctx.data
+        meta = data.dataset.meta
+        init = learner.init_arrays(meta, derive_seed(self.scenario.seed, "init"))
+        view = FlowerGridView(fed)
+        n = len(fed.partition_ids)
+        strategy = _SeededFedAvg(
+            self.scenario.seed, view, ctx,
+            fraction_train=p.fraction_train,
+            fraction_evaluate=p.fraction_evaluate,
+            min_train_nodes=1,
+            min_evaluate_nodes=1 if p.fraction_evaluate > 0 else 0,
+            min_available_nodes=n,
+        )
+        final: dict[str, float] = {}
+
+        def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+            if server_round and not ctx.should_evaluate(server_round):
+                return None
+            weights = Payload.from_record_arrays(arrays)
+            scores = learner.score(weights, data.dataset.x_test, data.dataset.y_test, meta)
+            named = {f"test/{k}": v for k, v in scores.items()}
+            ctx.recorder.metrics(server_round, "server_eval", named)
+            final.clear()
+            final.update(named)
+            return MetricRecord(scores)  # type: ignore[arg-type]
+
+        strategy.start(
+            grid=view,
+            initial_arrays=Payload(arrays=init).to_array_record(),
+            num_rounds=self.scenario.rounds,
+            timeout=self.scenario.federation.timeout,
+            evaluate_fn=evaluate,
+        )
+        return final
