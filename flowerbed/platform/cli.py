@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -16,8 +17,12 @@ from flowerbed.platform.scenario import ScenarioError
 Command = Callable[[argparse.Namespace], int]
 _COMMANDS: dict[str, Command] = {}
 
+#: Modules adding subcommands: each defines ``add_commands(subparsers, commands)``,
+#: adding its parsers and filling ``commands[name] = function(args) -> exit status``.
+COMMAND_MODULES: tuple[str, ...] = ()
 
-def _add_set(p: argparse.ArgumentParser) -> None:
+
+def add_set_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
         help="override a scenario value (repeatable), e.g. --set strategy.fraction_train=0.5",
@@ -98,32 +103,43 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a scenario")
     p.add_argument("file")
-    _add_set(p)
+    add_set_option(p)
     p.add_argument("--output-dir", default=None, help="root of run folders (default: scenario's)")
     p.add_argument("--quiet", action="store_true", help="logs only, no live display")
     _COMMANDS["run"] = cmd_run
 
     p = sub.add_parser("validate", help="check scenario files")
     p.add_argument("files", nargs="+")
-    _add_set(p)
+    add_set_option(p)
     p.add_argument("--show", action="store_true", help="print the resolved scenario")
     _COMMANDS["validate"] = cmd_validate
 
     p = sub.add_parser("list", help="list registered components")
     p.add_argument("kind", nargs="?")
     _COMMANDS["list"] = cmd_list
+
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).add_commands(sub, _COMMANDS)
     return parser
+
+
+def _configure_logging(verbose: bool) -> None:
+    """Our logger to stderr (warnings, or everything with -v); run.log gets INFO anyway."""
+    logger = logging.getLogger("flowerbed")
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    if not any(isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler) for h in logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setLevel(logging.DEBUG if verbose else logging.WARNING)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+        logger.addHandler(handler)
+    logger.propagate = False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flowerbed`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("flowerbed").setLevel(logging.INFO if args.verbose else logging.WARNING)
+    _configure_logging(args.verbose)
     try:
         return _COMMANDS[args.command](args)
     except ScenarioError as exc:

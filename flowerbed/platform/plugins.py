@@ -8,11 +8,15 @@ import importlib
 #: Modules whose import registers datasets, partitioners, models, learners,
 #: strategies and baselines. Add a method's modules here.
 PLUGIN_MODULES = (
+    # data: datasets and partitioners
     "flowerbed.data.sklearn_data",
     "flowerbed.data.partitioners",
+    # models and learners
     "flowerbed.clients.models",
     "flowerbed.clients.torch_learner",
+    # strategies
     "flowerbed.strategies.fedavg",
+    # baselines
     "flowerbed.platform.baselines",
 )
 

@@ -42,21 +42,32 @@ def run_inline(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
     return serve(grid, scenario, recorder)
 
 
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def worker_threads(num_cpus: float) -> Iterator[None]:
+    """Environment Ray workers inherit: one BLAS/OpenMP thread per client CPU.
+
+    Flower owns ``runtime_env``, so the variables are set in this process
+    while Ray starts (its local workers inherit them) and restored after.
+    """
+    saved = {k: os.environ.get(k) for k in THREAD_VARS}
+    os.environ.update({k: str(max(1, int(num_cpus))) for k in THREAD_VARS})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def backend_config(scenario: Scenario) -> dict[str, Any]:
-    """Ray settings: per-client resources, quiet logs, one BLAS thread per worker."""
+    """Ray settings: per-client resources and quiet logs."""
     res = scenario.engine.client_resources
-    threads = str(max(1, int(res.num_cpus)))
-    init_args: dict[str, Any] = {
-        "logging_level": "ERROR",
-        "log_to_driver": False,
-        "runtime_env": {
-            "env_vars": {
-                "OMP_NUM_THREADS": threads,
-                "MKL_NUM_THREADS": threads,
-                "OPENBLAS_NUM_THREADS": threads,
-            }
-        },
-    }
+    init_args: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
     if scenario.engine.ray_num_cpus:
         init_args["num_cpus"] = scenario.engine.ray_num_cpus
     return {
@@ -82,7 +93,7 @@ def run_ray(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             outcome["error"] = exc
 
-    with _quiet_flower():
+    with _quiet_flower(), worker_threads(scenario.engine.client_resources.num_cpus):
         run_simulation(
             server_app=server_app,
             client_app=_client_app(),
@@ -105,7 +116,6 @@ def _quiet_flower() -> Iterator[None]:
     levels = [h.level for h in console]
     for h in console:
         h.setLevel(logging.WARNING)
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     try:
         yield
     finally:

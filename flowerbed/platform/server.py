@@ -64,7 +64,7 @@ def serve(grid: Grid, scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
     fed.connect()
     strategy = registry.build("strategy", scenario.component("strategy"), scenario=scenario)
     federated = strategy.run(fed, ctx)
-    results = {"federated": federated, **run_baselines(ctx)}
+    results = {"federated": federated, **ctx.extra_results, **run_baselines(ctx)}
     summary = {
         "scenario": scenario.name,
         "digest": scenario.digest(),

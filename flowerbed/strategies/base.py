@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from flowerbed.clients.learner import Learner
@@ -25,6 +25,10 @@ class ServerContext:
 
     scenario: Scenario
     recorder: Recorder
+    #: Comparison results a strategy computes from the same replies (e.g. naive
+    #: averaging of local estimates), keyed by source name, shown beside
+    #: ``federated`` and the registered baselines in the summary.
+    extra_results: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @functools.cached_property
     def learner(self) -> Learner:
