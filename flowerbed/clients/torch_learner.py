@@ -105,7 +105,7 @@ class SGDLearner(SupervisedLearner):
                 loss = loss_fn(_squeeze(model(xt[idx]), meta), yt[idx])
                 loss.backward()
                 opt.step()
-                total += float(loss) * len(idx)
+                total += float(loss.detach()) * len(idx)
                 count += len(idx)
         return self._arrays(model), {"loss": total / max(count, 1)}
 

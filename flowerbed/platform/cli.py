@@ -19,7 +19,7 @@ _COMMANDS: dict[str, Command] = {}
 
 #: Modules adding subcommands: each defines ``add_commands(subparsers, commands)``,
 #: adding its parsers and filling ``commands[name] = function(args) -> exit status``.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("flowerbed.platform.sweep", "flowerbed.platform.report", "flowerbed.platform.inspect")
 
 
 def add_set_option(p: argparse.ArgumentParser) -> None:

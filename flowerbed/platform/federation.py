@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -203,16 +204,19 @@ class Federation:
         return out
 
 
+_FLOWER_REASON = re.compile(r"<class '(?:[\w.]*\.)?(\w+)'>:<'(.*)'>", re.DOTALL)
+
+
 def _short_reason(reason: str) -> str:
-    """Flower wraps client exceptions in several layers; keep the last message line."""
-    lines = [ln.strip() for ln in str(reason).replace("\\n", "\n").splitlines() if ln.strip()]
-    text = lines[-1] if lines else str(reason)
-    return text.removesuffix("'>").strip()
-
-
-def describe(value: Any) -> str:
-    """Compact text for logs."""
-    return repr(value) if not isinstance(value, float) else f"{value:.4g}"
+    """``RuntimeError: message`` from Flower's ``<class '...'>:<'...'>`` error reasons."""
+    text = str(reason).strip()
+    match = _FLOWER_REASON.search(text)
+    if match:
+        exc, message = match.groups()
+        lines = [ln for ln in message.splitlines() if ln.strip()]
+        # Flower prefixes a ClientAppException banner; the learner's message is last.
+        return f"{exc}: {lines[-1].strip() if lines else ''}"
+    return text.splitlines()[-1] if text else "unknown error"
 
 
 class FlowerGridView(Grid):
@@ -257,8 +261,12 @@ class FlowerGridView(Grid):
             return []
         message_type = messages[0].metadata.message_type
         asked = sorted(self.fed.pid_of[m.metadata.dst_node_id] for m in messages)
+        # A train reply must carry arrays shaped like the model it was sent.
+        expected = None
+        if message_type.startswith("train"):
+            expected = Payload.from_record(messages[0].content).arrays or None
         raw = list(self.fed.grid.send_and_receive(messages, timeout=timeout))
-        replies = self.fed.sort_replies(raw, asked)
+        replies = self.fed.sort_replies(raw, asked, expected)
         self.fed.recorder.replies(message_type, self.server_round, replies)
         need = required_replies(self.fed.scenario.federation.min_replies, len(asked))
         if len(replies.ok) < need:

@@ -11,11 +11,21 @@ PLUGIN_MODULES = (
     # data: datasets and partitioners
     "flowerbed.data.sklearn_data",
     "flowerbed.data.partitioners",
+    "flowerbed.data.domain_shift",
+    "flowerbed.data.statsmodels_data",
+    "flowerbed.data.image_data",
+    "flowerbed.data.table_data",
+    "flowerbed.data.har_data",
+    "flowerbed.data.gaussian_mixture",
+    "flowerbed.data.synthetic_ridge",
     # models and learners
     "flowerbed.clients.models",
     "flowerbed.clients.torch_learner",
+    "flowerbed.clients.self_distill_learner",
+    "flowerbed.clients.fault_injection",
     # strategies
     "flowerbed.strategies.fedavg",
+    "flowerbed.strategies.oneshot_average",
     # baselines
     "flowerbed.platform.baselines",
 )

@@ -27,7 +27,7 @@ class RunError(RuntimeError):
         self.run_dir = run_dir
 
 
-def _client_app() -> Any:
+def client_app() -> Any:
     from flowerbed.clients.client_app import app
 
     return app
@@ -38,7 +38,7 @@ def run_inline(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
     from flowerbed.platform.inline import InlineGrid
     from flowerbed.platform.server import serve
 
-    grid = InlineGrid(_client_app(), scenario.num_clients)
+    grid = InlineGrid(client_app(), scenario.num_clients)
     return serve(grid, scenario, recorder)
 
 
@@ -93,10 +93,10 @@ def run_ray(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             outcome["error"] = exc
 
-    with _quiet_flower(), worker_threads(scenario.engine.client_resources.num_cpus):
+    with quiet_flower(), worker_threads(scenario.engine.client_resources.num_cpus):
         run_simulation(
             server_app=server_app,
-            client_app=_client_app(),
+            client_app=client_app(),
             num_supernodes=scenario.num_clients,
             backend_config=backend_config(scenario),  # type: ignore[arg-type]
         )
@@ -109,7 +109,7 @@ def run_ray(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _quiet_flower() -> Iterator[None]:
+def quiet_flower() -> Iterator[None]:
     """Keep Flower's per-round INFO lines out of the terminal (they go to run.log)."""
     flwr_log = logging.getLogger("flwr")
     console = [h for h in flwr_log.handlers if not isinstance(h, logging.FileHandler)]

@@ -215,7 +215,6 @@ def _known_fields(model: type[Any], loc: tuple[Any, ...], data: Any) -> list[str
     return sorted(getattr(target, "model_fields", {}))
 
 
-_TAG_RE = re.compile(r"Input tag '(.*)' found using 'name' does not match any of the expected tags")
 
 
 def _message(err: dict[str, Any], model: type[Any], data: Any) -> str:
@@ -223,18 +222,22 @@ def _message(err: dict[str, Any], model: type[Any], data: Any) -> str:
     path = _path(loc, data)
     kind_field = loc[0] if loc else None
     etype = err["type"]
-    if etype == "union_tag_invalid":
-        kind = COMPONENT_FIELDS.get(kind_field) or LIST_COMPONENT_FIELDS.get(kind_field, "")
-        tag = err["ctx"]["tag"]
+    kind = COMPONENT_FIELDS.get(kind_field) or LIST_COMPONENT_FIELDS.get(kind_field, "")
+    # A single registered component is a plain model, not a union: its bad
+    # name arrives as a literal error on ``name`` instead of a tag error.
+    single_name = etype == "literal_error" and kind and loc[-1] == "name"
+    if etype == "union_tag_invalid" or single_name:
+        tag = err["ctx"]["tag"] if etype == "union_tag_invalid" else err["input"]
+        if single_name:
+            path = path.removesuffix(".name")
         known = registry.names(kind)
         hint = registry.hints(kind).get(tag)
         if hint:
             return f"{path}.name: {kind} {tag!r} is not available: {hint}"
-        close = difflib.get_close_matches(tag, known, n=1)
+        close = difflib.get_close_matches(str(tag), known, n=1)
         mean = f" (did you mean {close[0]!r}?)" if close else ""
         return f"{path}.name: unknown {kind} {tag!r}{mean}; known: {', '.join(known)}"
     if etype == "union_tag_not_found":
-        kind = COMPONENT_FIELDS.get(kind_field) or LIST_COMPONENT_FIELDS.get(kind_field, "")
         return f"{path}.name: missing; known {kind}s: {', '.join(registry.names(kind))}"
     if etype == "extra_forbidden":
         allowed = [f for f in _known_fields(model, loc, data) if f != "name"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 import time
 from typing import Any
 
@@ -55,8 +57,30 @@ def run_baselines(ctx: ServerContext) -> dict[str, dict[str, float]]:
     return out
 
 
+@contextlib.contextmanager
+def torch_threads(num_cpus: float) -> Iterator[None]:
+    """Server-side work uses as many torch threads as one client.
+
+    Thread count changes floating-point summation order; pinning it makes
+    server evaluation and baselines identical whichever engine runs them.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(num_cpus)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def serve(grid: Grid, scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
     """Connect the clients, run the strategy and the baselines, write the summary."""
+    with torch_threads(scenario.engine.client_resources.num_cpus):
+        return _serve(grid, scenario, recorder)
+
+
+def _serve(grid: Grid, scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
     started = time.time()
     ctx = ServerContext(scenario, recorder)
     recorder.write_json(CLIENTS_FILE, client_table(ctx))

@@ -1,0 +1,4 @@
+"""Reports (placeholder)."""
+
+def add_commands(subparsers, commands):
+    """Stub."""
