@@ -11,10 +11,13 @@ if TYPE_CHECKING:
 
 
 def run(scenario: Any, overrides: list[str] | None = None, **kwargs: Any) -> Result:
-    """Run a scenario (path, mapping or validated model); see :func:`flowerbed.platform.runner.run`."""
+    """Run a scenario (path, mapping or validated model).
+
+    See :func:`flowerbed.platform.runner.run` for the parameters.
+    """
     from flowerbed.platform.runner import run as _run
 
     return _run(scenario, overrides, **kwargs)
 
 
-__all__ = ["run", "__version__"]
+__all__ = ["__version__", "run"]

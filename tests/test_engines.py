@@ -24,7 +24,11 @@ def test_inline_run_writes_every_result_file(tmp_path):
     assert summary["seed"] == 3 and summary["versions"]["flwr"].startswith("1.42")
     rows = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     names = {k for r in rows for k in r if k.count("/") == 2}
-    assert {"train/train/loss", "server_eval/test/accuracy", "evaluate/local_test/accuracy"} <= names
+    assert {
+        "train/train/loss",
+        "server_eval/test/accuracy",
+        "evaluate/local_test/accuracy",
+    } <= names
     assert {r["round"] for r in rows if r.get("phase") == "server_eval"} == {0, 1, 2}
     clients = json.loads((result.run_dir / "clients.json").read_text())
     assert sum(c["num_train"] + c["num_test"] for c in clients) == 1347  # digits train split
@@ -66,7 +70,12 @@ def test_bad_replies_are_rejected_with_reason(fault):
 
 
 def test_too_few_replies_stops_the_run_and_keeps_finished_rounds(tmp_path):
-    learner = {"name": "faulty_sgd", "fail_clients": [0, 1, 2], "fault": "raise", "fail_rounds": [2]}
+    learner = {
+        "name": "faulty_sgd",
+        "fail_clients": [0, 1, 2],
+        "fault": "raise",
+        "fail_rounds": [2],
+    }
     data = tiny_scenario(learner=learner, federation={"min_replies": 0.5})
     with pytest.raises(RunError, match="need 2") as info:
         flowerbed.run(data, output_dir=tmp_path)
@@ -106,7 +115,9 @@ def test_centralized_baseline_matches_scikit_learn_logistic_regression():
 
 
 def test_local_only_is_worse_than_centralized_under_label_skew():
-    data = tiny_scenario(partition={"name": "dirichlet", "alpha": 0.1}, baselines=["centralized", "local_only"])
+    data = tiny_scenario(
+        partition={"name": "dirichlet", "alpha": 0.1}, baselines=["centralized", "local_only"]
+    )
     res = flowerbed.run(data, save=False).summary["results"]
     assert res["local_only"]["test/accuracy"] < res["centralized"]["test/accuracy"]
     assert res["local_only"]["test/accuracy_min"] <= res["local_only"]["test/accuracy"]

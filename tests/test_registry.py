@@ -44,7 +44,7 @@ def test_registered_params_get_a_name_literal():
         entry = registry.get("baseline", "throwaway")
         assert entry.summary == "A throwaway baseline."
         assert entry.params(name="throwaway").k == 3
-        with pytest.raises(Exception):
+        with pytest.raises(ValueError):
             entry.params(name="other")
     finally:
         unregister("baseline", "throwaway")
@@ -52,13 +52,15 @@ def test_registered_params_get_a_name_literal():
 
 @pytest.mark.parametrize("kind", registry.KINDS)
 def test_every_entry_has_defaults_a_docstring_and_a_use(kind):
-    """Each registered name validates with defaults, is described, and appears in a scenario or test."""
+    """Each name validates with defaults, is described, and is used by a scenario or test."""
     used = "\n".join(
         p.read_text() for p in [*ROOT.glob("scenarios/**/*.yaml"), *ROOT.glob("tests/**/*.py")]
     )
     for entry in registry.entries(kind):
         assert entry.summary, f"{kind} {entry.name} has no docstring"
-        required = [n for n, f in entry.params.model_fields.items() if f.is_required() and n != "name"]
+        required = [
+            n for n, f in entry.params.model_fields.items() if f.is_required() and n != "name"
+        ]
         if not required:
             entry.params(name=entry.name)
         assert entry.name in used, f"{kind} {entry.name!r} appears in no scenario or test"

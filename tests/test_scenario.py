@@ -95,13 +95,15 @@ def test_scenario_is_frozen():
 
 
 def test_overrides_parse_yaml_values_and_create_blocks():
-    data = apply_overrides(tiny_scenario(learner="sgd"), ["learner.lr=0.5", "rounds=7", "model.hidden=[4, 4]"])
+    data = apply_overrides(
+        tiny_scenario(learner="sgd"), ["learner.lr=0.5", "rounds=7", "model.hidden=[4, 4]"]
+    )
     assert data["learner"] == {"name": "sgd", "lr": 0.5}
     assert data["rounds"] == 7 and data["model"]["hidden"] == [4, 4]
 
 
 def test_override_without_equals_is_a_clear_error():
-    with pytest.raises(ScenarioError, match="expected key.path=value"):
+    with pytest.raises(ScenarioError, match=r"expected key\.path=value"):
         apply_overrides({}, ["rounds"])
 
 

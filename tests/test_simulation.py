@@ -11,7 +11,13 @@ import flowerbed
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-FAULTY = {"name": "faulty_sgd", "lr": 0.1, "fail_clients": [1], "fault": "raise", "fail_rounds": [2]}
+FAULTY = {
+    "name": "faulty_sgd",
+    "lr": 0.1,
+    "fail_clients": [1],
+    "fault": "raise",
+    "fail_rounds": [2],
+}
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +28,13 @@ def ray_result(tmp_path_factory):
 
 def test_simulation_writes_every_result_file(ray_result):
     names = {p.name for p in ray_result.run_dir.iterdir()}
-    assert {"scenario.resolved.yaml", "metrics.jsonl", "summary.json", "clients.json", "run.log"} <= names
+    assert {
+        "scenario.resolved.yaml",
+        "metrics.jsonl",
+        "summary.json",
+        "clients.json",
+        "run.log",
+    } <= names
     summary = json.loads((ray_result.run_dir / "summary.json").read_text())
     assert summary["engine"] == "simulation" and summary["rounds"] == 2
 

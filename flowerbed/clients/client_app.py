@@ -53,7 +53,9 @@ def _limit_threads(num_cpus: float) -> None:
 def _setup(msg: Message, context: Context) -> Message:
     """Keep the resolved scenario in the node state; answer with the partition id."""
     payload = Payload.from_record(msg.content)
-    context.state[_STATE_KEY] = ConfigRecord({keys.SCENARIO_YAML: payload.config[keys.SCENARIO_YAML]})
+    context.state[_STATE_KEY] = ConfigRecord(
+        {keys.SCENARIO_YAML: payload.config[keys.SCENARIO_YAML]}
+    )
     pid = int(context.node_config[keys.PARTITION_ID])
     return Message(Payload(config={keys.PARTITION_ID: pid}).to_record(), reply_to=msg)
 
@@ -77,7 +79,8 @@ def handle(msg: Message, context: Context) -> Message:
     reply = _learner(yaml_text).handler(message_type)(data, payload, task)
     if not isinstance(reply, Payload):
         raise TypeError(
-            f"learner handler for {message_type!r} returned {type(reply).__name__}, expected Payload"
+            f"learner handler for {message_type!r} returned "
+            f"{type(reply).__name__}, expected Payload"
         )
     return Message(reply.to_record(), reply_to=msg)
 
@@ -96,4 +99,4 @@ def build_client_app() -> ClientApp:
 
 app = build_client_app()
 
-__all__ = ["app", "handle", "RecordDict"]
+__all__ = ["RecordDict", "app", "handle"]

@@ -56,7 +56,7 @@ class Learner:
             for category in ("query", "train", "evaluate"):
                 prefix = category + "_"
                 if attr.startswith(prefix) and callable(getattr(cls, attr)):
-                    found.append(f"{category}.{attr[len(prefix):]}")
+                    found.append(f"{category}.{attr[len(prefix) :]}")
         return sorted(found)
 
     def handler(self, message_type: str) -> Handler:
@@ -87,7 +87,13 @@ class SupervisedLearner(Learner):
         raise NotImplementedError
 
     def fit(
-        self, arrays: Arrays, x: Any, y: Any, meta: DatasetMeta, seed: int, epochs: int | None = None
+        self,
+        arrays: Arrays,
+        x: Any,
+        y: Any,
+        meta: DatasetMeta,
+        seed: int,
+        epochs: int | None = None,
     ) -> tuple[Arrays, dict[str, float]]:
         """Train from ``arrays`` on ``(x, y)``; return new weights and training metrics."""
         raise NotImplementedError

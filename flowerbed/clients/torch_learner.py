@@ -44,7 +44,10 @@ class SGDLearner(SupervisedLearner):
     def _build(self, meta: DatasetMeta) -> nn.Module:
         out = meta.num_classes if meta.task == "classification" else 1
         module: nn.Module = registry.build(
-            "model", self.scenario.model, in_features=meta.num_features, out_features=out  # type: ignore[attr-defined]
+            "model",
+            self.scenario.model,
+            in_features=meta.num_features,
+            out_features=out,  # type: ignore[attr-defined]
         )
         return module
 
@@ -76,7 +79,9 @@ class SGDLearner(SupervisedLearner):
                 model.parameters(), lr=self.p.lr, weight_decay=self.p.weight_decay
             )
         return torch.optim.SGD(
-            model.parameters(), lr=self.p.lr, momentum=self.p.momentum,
+            model.parameters(),
+            lr=self.p.lr,
+            momentum=self.p.momentum,
             weight_decay=self.p.weight_decay,
         )
 

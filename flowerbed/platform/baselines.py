@@ -45,7 +45,14 @@ def centralized(params: TrainingBaselineParams, *, ctx: ServerContext) -> dict[s
     meta = data.dataset.meta
     x, y = data.pooled_train()
     init = learner.init_arrays(meta, derive_seed(seed, "init"))
-    arrays, _ = learner.fit(init, x, y, meta, derive_seed(seed, "baseline", "centralized"), epochs=_epochs(params, ctx, learner))
+    arrays, _ = learner.fit(
+        init,
+        x,
+        y,
+        meta,
+        derive_seed(seed, "baseline", "centralized"),
+        epochs=_epochs(params, ctx, learner),
+    )
     scores = learner.score(arrays, data.dataset.x_test, data.dataset.y_test, meta)
     return {f"test/{k}": v for k, v in scores.items()}
 
@@ -63,8 +70,12 @@ def local_only(params: TrainingBaselineParams, *, ctx: ServerContext) -> dict[st
         if client.num_train == 0:
             continue
         arrays, _ = learner.fit(
-            init, client.x_train, client.y_train, meta,
-            derive_seed(seed, "baseline", "local_only", pid), epochs=_epochs(params, ctx, learner),
+            init,
+            client.x_train,
+            client.y_train,
+            meta,
+            derive_seed(seed, "baseline", "local_only", pid),
+            epochs=_epochs(params, ctx, learner),
         )
         scores = learner.score(arrays, data.dataset.x_test, data.dataset.y_test, meta)
         for k, v in scores.items():

@@ -19,12 +19,21 @@ _COMMANDS: dict[str, Command] = {}
 
 #: Modules adding subcommands: each defines ``add_commands(subparsers, commands)``,
 #: adding its parsers and filling ``commands[name] = function(args) -> exit status``.
-COMMAND_MODULES: tuple[str, ...] = ("flowerbed.platform.sweep", "flowerbed.platform.report", "flowerbed.platform.inspect")
+COMMAND_MODULES: tuple[str, ...] = (
+    "flowerbed.platform.sweep",
+    "flowerbed.platform.report",
+    "flowerbed.platform.inspect",
+)
 
 
 def add_set_option(p: argparse.ArgumentParser) -> None:
+    """Add the repeatable ``--set KEY.PATH=VALUE`` option to a subcommand."""
     p.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
         help="override a scenario value (repeatable), e.g. --set strategy.fraction_train=0.5",
     )
 
@@ -127,7 +136,10 @@ def _configure_logging(verbose: bool) -> None:
     """Our logger to stderr (warnings, or everything with -v); run.log gets INFO anyway."""
     logger = logging.getLogger("flowerbed")
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)
-    if not any(isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler) for h in logger.handlers):
+    if not any(
+        isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+        for h in logger.handlers
+    ):
         handler = logging.StreamHandler()
         handler.setLevel(logging.DEBUG if verbose else logging.WARNING)
         handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))

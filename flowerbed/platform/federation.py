@@ -56,6 +56,20 @@ def required_replies(min_replies: float, asked: int) -> int:
     return min(int(min_replies), asked)
 
 
+def ensure_enough(
+    message_type: str, server_round: int, replies: Replies, asked: int, min_replies: float
+) -> None:
+    """Raise :class:`RoundFailedError` when fewer usable replies came than required."""
+    need = required_replies(min_replies, asked)
+    if len(replies.ok) < need:
+        failed = replies.failed or "none"
+        missing = replies.missing or "none"
+        raise RoundFailedError(
+            f"{message_type} round {server_round}: {len(replies.ok)} usable replies, "
+            f"need {need} (failed: {failed}, missing: {missing})"
+        )
+
+
 class Federation:
     """Partition-id view of a Flower ``Grid``.
 
@@ -99,7 +113,9 @@ class Federation:
                 keys.SCENARIO_DIGEST: self.scenario.digest(),
             }
         )
-        messages = [Message(setup.to_record(), dst_node_id=n, message_type=keys.SETUP) for n in nodes]
+        messages = [
+            Message(setup.to_record(), dst_node_id=n, message_type=keys.SETUP) for n in nodes
+        ]
         failures: list[str] = []
         for reply in self.grid.send_and_receive(messages, timeout=timeout):
             node = reply.metadata.src_node_id
@@ -112,13 +128,15 @@ class Federation:
             raise RoundFailedError("client setup failed: " + "; ".join(failures))
         missing = set(range(self.scenario.num_clients)) - set(self.node_of)
         if missing:
-            raise RoundFailedError(f"clients with partition ids {sorted(missing)} did not answer setup")
+            raise RoundFailedError(
+                f"clients with partition ids {sorted(missing)} did not answer setup"
+            )
         self.recorder.event("connected", clients=len(self.node_of))
 
     def sample(self, fraction: float, server_round: int, phase: str = "train") -> list[int]:
         """Seeded client cohort: depends only on (root seed, phase, round)."""
         pids = self.partition_ids
-        k = max(1, int(round(fraction * len(pids))))
+        k = max(1, round(fraction * len(pids)))
         gen = np.random.default_rng(derive_seed(self.scenario.seed, "sample", phase, server_round))
         return sorted(int(p) for p in gen.choice(pids, size=k, replace=False))
 
@@ -164,20 +182,25 @@ class Federation:
             config = {**body.config, keys.SERVER_ROUND: server_round}
             record = Payload(body.arrays, config, body.metrics, body.num_examples).to_record()
             messages.append(
-                Message(record, dst_node_id=self.node_of[pid], message_type=message_type,
-                        group_id=str(server_round))
+                Message(
+                    record,
+                    dst_node_id=self.node_of[pid],
+                    message_type=message_type,
+                    group_id=str(server_round),
+                )
             )
-        raw = self.grid.send_and_receive(messages, timeout=timeout or self.scenario.federation.timeout)
+        raw = self.grid.send_and_receive(
+            messages, timeout=timeout or self.scenario.federation.timeout
+        )
         replies = self.sort_replies(raw, pids, expected_arrays)
         self.recorder.replies(message_type, server_round, replies)
-        need = required_replies(
-            self.scenario.federation.min_replies if min_replies is None else min_replies, len(pids)
+        ensure_enough(
+            message_type,
+            server_round,
+            replies,
+            len(pids),
+            self.scenario.federation.min_replies if min_replies is None else min_replies,
         )
-        if len(replies.ok) < need:
-            raise RoundFailedError(
-                f"{message_type} round {server_round}: {len(replies.ok)} usable replies, "
-                f"need {need} (failed: {replies.failed or 'none'}, missing: {replies.missing or 'none'})"
-            )
         return replies
 
     def sort_replies(
@@ -268,12 +291,13 @@ class FlowerGridView(Grid):
         raw = list(self.fed.grid.send_and_receive(messages, timeout=timeout))
         replies = self.fed.sort_replies(raw, asked, expected)
         self.fed.recorder.replies(message_type, self.server_round, replies)
-        need = required_replies(self.fed.scenario.federation.min_replies, len(asked))
-        if len(replies.ok) < need:
-            raise RoundFailedError(
-                f"{message_type} round {self.server_round}: {len(replies.ok)} usable replies, "
-                f"need {need} (failed: {replies.failed or 'none'}, missing: {replies.missing or 'none'})"
-            )
+        ensure_enough(
+            message_type,
+            self.server_round,
+            replies,
+            len(asked),
+            self.fed.scenario.federation.min_replies,
+        )
         by_pid = {self.fed.pid_of[m.metadata.src_node_id]: m for m in raw}
         keep = [p for p in sorted(by_pid) if p in replies.ok or by_pid[p].has_error()]
         return [by_pid[p] for p in keep]

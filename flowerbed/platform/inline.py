@@ -59,7 +59,11 @@ class InlineGrid(Grid):
         return None
 
     def create_message(  # noqa: D102 - deprecated in Flower; kept for the ABC
-        self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
         ttl: float | None = None,
     ) -> Message:
         return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)

@@ -11,6 +11,8 @@ PLUGIN_MODULES = (
     # data: datasets and partitioners
     "flowerbed.data.sklearn_data",
     "flowerbed.data.partitioners",
+    "flowerbed.data.synthetic_regression",
+    "flowerbed.data.feature_partitions",
     "flowerbed.data.domain_shift",
     "flowerbed.data.statsmodels_data",
     "flowerbed.data.image_data",
@@ -23,8 +25,10 @@ PLUGIN_MODULES = (
     "flowerbed.clients.torch_learner",
     "flowerbed.clients.self_distill_learner",
     "flowerbed.clients.fault_injection",
+    "flowerbed.clients.fqr_learner",
     # strategies
     "flowerbed.strategies.fedavg",
+    "flowerbed.strategies.fqr",
     "flowerbed.strategies.oneshot_average",
     # baselines
     "flowerbed.platform.baselines",

@@ -21,7 +21,9 @@ class LiveProgress:
         self.replies: dict[str, Any] = {}
         self.latest: dict[str, float] = {}
         self.failures = 0
-        self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
+        self.live = Live(
+            self._render(), console=self.console, refresh_per_second=4, transient=False
+        )
 
     def __enter__(self) -> LiveProgress:
         self.live.__enter__()
@@ -54,7 +56,9 @@ class LiveProgress:
         table.add_row("phase", self.phase)
         if self.replies:
             r = self.replies
-            table.add_row("replies", f"{r['ok']} ok · {r['failed']} failed · {r['missing']} missing")
+            table.add_row(
+                "replies", f"{r['ok']} ok · {r['failed']} failed · {r['missing']} missing"
+            )
         table.add_row("failed/missing so far", str(self.failures))
         for key, value in sorted(self.latest.items())[-8:]:
             table.add_row(key, f"{value:.4f}")

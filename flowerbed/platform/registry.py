@@ -54,9 +54,7 @@ _HINTS: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
 T = TypeVar("T")
 
 
-def register(
-    kind: str, name: str, params: type[Params] | None = None
-) -> Callable[[T], T]:
+def register(kind: str, name: str, params: type[Params] | None = None) -> Callable[[T], T]:
     """Register ``target`` under ``(kind, name)``.
 
     Parameters

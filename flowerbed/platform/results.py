@@ -9,7 +9,7 @@ import platform as pyplatform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,7 +51,7 @@ def versions() -> dict[str, str]:
 def new_run_dir(scenario: Scenario, root: str | Path | None = None) -> Path:
     """``<output_dir>/<scenario>/<timestamp>-<digest>``, created; never reuses a folder."""
     base = Path(root if root is not None else scenario.output_dir) / scenario.name
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     path = base / f"{stamp}-{scenario.digest()}"
     suffix = 1
     while path.exists():
@@ -130,10 +130,14 @@ class Recorder:
         if replies.failed:
             row["failed_clients"] = {str(k): v for k, v in replies.failed.items()}
             for pid, reason in replies.failed.items():
-                log.warning("round %d %s: client %d failed: %s", server_round, message_type, pid, reason)
+                log.warning(
+                    "round %d %s: client %d failed: %s", server_round, message_type, pid, reason
+                )
         if replies.missing:
             row["missing_clients"] = replies.missing
-            log.warning("round %d %s: no reply from clients %s", server_round, message_type, replies.missing)
+            log.warning(
+                "round %d %s: no reply from clients %s", server_round, message_type, replies.missing
+            )
         self._append(row)
 
     def event(self, name: str, **info: Any) -> None:
@@ -144,7 +148,9 @@ class Recorder:
     def write_json(self, filename: str, data: Any) -> None:
         """Write a JSON file into the run folder atomically."""
         if self.run_dir is not None:
-            atomic_write(self.run_dir / filename, json.dumps(data, indent=2, default=_json_default) + "\n")
+            atomic_write(
+                self.run_dir / filename, json.dumps(data, indent=2, default=_json_default) + "\n"
+            )
 
     def finish(self, summary: dict[str, Any]) -> None:
         """Write ``summary.json`` (the last file a complete run writes)."""

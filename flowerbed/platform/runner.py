@@ -28,6 +28,7 @@ class RunError(RuntimeError):
 
 
 def client_app() -> Any:
+    """Return flowerbed's generic ClientApp (imported on first use)."""
     from flowerbed.clients.client_app import app
 
     return app
@@ -177,7 +178,9 @@ def run(
     return Result(summary, recorder.rows, run_dir)
 
 
-def _resolve(scenario: Scenario | str | Path | dict[str, Any], overrides: list[str] | None) -> Scenario:
+def _resolve(
+    scenario: Scenario | str | Path | dict[str, Any], overrides: list[str] | None
+) -> Scenario:
     if isinstance(scenario, (str, Path)):
         return load_scenario(scenario, overrides)
     if isinstance(scenario, dict):

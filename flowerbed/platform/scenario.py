@@ -6,7 +6,6 @@ import difflib
 import functools
 import hashlib
 import json
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -215,8 +214,6 @@ def _known_fields(model: type[Any], loc: tuple[Any, ...], data: Any) -> list[str
     return sorted(getattr(target, "model_fields", {}))
 
 
-
-
 def _message(err: dict[str, Any], model: type[Any], data: Any) -> str:
     loc = tuple(err["loc"])
     path = _path(loc, data)
@@ -250,9 +247,11 @@ def _message(err: dict[str, Any], model: type[Any], data: Any) -> str:
         return f"{path}: unknown engine {err['input']!r}; known: inline, simulation"
     msg = str(err["msg"])
     msg = msg[0].lower() + msg[1:] if msg else msg
-    return f"{path}: {msg} (got {err['input']!r})" if "input" in err and not isinstance(
-        err["input"], (dict, list)
-    ) else f"{path}: {msg}"
+    return (
+        f"{path}: {msg} (got {err['input']!r})"
+        if "input" in err and not isinstance(err["input"], (dict, list))
+        else f"{path}: {msg}"
+    )
 
 
 def validate_scenario(data: Any, source: str = "scenario") -> ScenarioBase:

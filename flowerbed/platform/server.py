@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,10 +32,12 @@ def client_table(ctx: ServerContext) -> list[dict[str, Any]]:
         row: dict[str, Any] = {
             "partition_id": pid,
             "num_train": int(client.num_train),
-            "num_test": int(len(client.y_test)),
+            "num_test": len(client.y_test),
         }
         if meta.task == "classification":
-            row["label_histogram"] = np.bincount(client.y_train, minlength=meta.num_classes).tolist()
+            row["label_histogram"] = np.bincount(
+                client.y_train, minlength=meta.num_classes
+            ).tolist()
         if client.columns is not None:
             row["columns"] = client.columns.tolist()
         rows.append(row)
@@ -48,9 +51,11 @@ def run_baselines(ctx: ServerContext) -> dict[str, dict[str, float]]:
         ctx.recorder.event("baseline_start", baseline=spec.name)
         try:
             metrics = registry.build("baseline", spec, ctx=ctx)
-        except Exception as exc:  # noqa: BLE001 - a broken baseline must not lose the run
+        except Exception as exc:
             log.exception("baseline %s failed", spec.name)
-            ctx.recorder.event("baseline_failed", baseline=spec.name, error=f"{type(exc).__name__}: {exc}")
+            ctx.recorder.event(
+                "baseline_failed", baseline=spec.name, error=f"{type(exc).__name__}: {exc}"
+            )
             continue
         ctx.recorder.metrics(ctx.scenario.rounds, spec.name, metrics)
         out[spec.name] = metrics
@@ -105,6 +110,14 @@ def _serve(grid: Grid, scenario: Scenario, recorder: Recorder) -> dict[str, Any]
     return summary
 
 
+def _app_path(path: str) -> Path:
+    """A scenario path as given, else relative to the app folder (where ``flwr run`` unpacks it)."""
+    given = Path(path)
+    if given.is_absolute() or given.exists():
+        return given
+    return Path(__file__).resolve().parents[2] / given
+
+
 # ``flwr run .`` entry point: the scenario file and overrides come from the run config.
 app = ServerApp()
 
@@ -114,8 +127,9 @@ def main(grid: Grid, context: Context) -> None:
     """ServerApp main for the Flower CLI (``[tool.flwr.app.config]`` names the scenario)."""
     config = context.run_config
     overrides = [o.strip() for o in str(config.get("overrides", "")).split(";") if o.strip()]
-    scenario = load_scenario(str(config["scenario"]), overrides)
-    recorder = Recorder(scenario, new_run_dir(scenario))
+    scenario = load_scenario(_app_path(str(config["scenario"])), overrides)
+    output = str(config.get("output-dir", "")) or None
+    recorder = Recorder(scenario, new_run_dir(scenario, output))
     recorder.start()
     try:
         summary = serve(grid, scenario, recorder)

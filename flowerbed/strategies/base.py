@@ -33,7 +33,9 @@ class ServerContext:
     @functools.cached_property
     def learner(self) -> Learner:
         """The scenario's learner, for server-side evaluation with the same code."""
-        learner: Learner = registry.build("learner", self.scenario.component("learner"), scenario=self.scenario)
+        learner: Learner = registry.build(
+            "learner", self.scenario.component("learner"), scenario=self.scenario
+        )
         return learner
 
     @functools.cached_property

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from flowerbed.clients.learner import SupervisedLearner
 from flowerbed.platform import keys
-from flowerbed.platform.federation import FlowerGridView, Federation
+from flowerbed.platform.federation import Federation, FlowerGridView
 from flowerbed.platform.messages import Payload
 from flowerbed.platform.registry import Params, register
 from flowerbed.platform.seeds import derive_seed
@@ -44,7 +44,9 @@ def seeded_random(seed: int) -> Iterator[None]:
 class _SeededFedAvg(FedAvg):
     """Flower's FedAvg with cohorts drawn from the scenario seed and metrics recorded."""
 
-    def __init__(self, root_seed: int, view: FlowerGridView, ctx: ServerContext, **kwargs: Any) -> None:
+    def __init__(
+        self, root_seed: int, view: FlowerGridView, ctx: ServerContext, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.root_seed = root_seed
         self.view = view
@@ -72,10 +74,14 @@ class _SeededFedAvg(FedAvg):
             self.ctx.recorder.metrics(server_round, "train", _train_split(metrics))
         return arrays, metrics
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
         metrics = super().aggregate_evaluate(server_round, replies)
         if metrics:
-            named = {f"local_test/{k}": float(v) for k, v in metrics.items() if k != keys.NUM_EXAMPLES}  # type: ignore[arg-type]
+            named = {
+                f"local_test/{k}": float(v) for k, v in metrics.items() if k != keys.NUM_EXAMPLES
+            }  # type: ignore[arg-type]
             self.ctx.recorder.metrics(server_round, "evaluate", named)
         return metrics
 
@@ -95,14 +101,18 @@ class FedAvgStrategy(Strategy):
         p: FedAvgParams = self.params  # type: ignore[assignment]
         learner = ctx.learner
         if not isinstance(learner, SupervisedLearner):
-            raise TypeError(f"fedavg needs a learner with weights; {type(learner).__name__} has none")
+            raise TypeError(
+                f"fedavg needs a learner with weights; {type(learner).__name__} has none"
+            )
         data = ctx.data
         meta = data.dataset.meta
         init = learner.init_arrays(meta, derive_seed(self.scenario.seed, "init"))
         view = FlowerGridView(fed)
         n = len(fed.partition_ids)
         strategy = _SeededFedAvg(
-            self.scenario.seed, view, ctx,
+            self.scenario.seed,
+            view,
+            ctx,
             fraction_train=p.fraction_train,
             fraction_evaluate=p.fraction_evaluate,
             min_train_nodes=1,
