@@ -2,12 +2,45 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
 Task = Literal["classification", "regression"]
+
+#: A per-client input transform: rows of ``x`` (full width) in, same shape out.
+Transform = Callable[[np.ndarray], np.ndarray]
+
+
+class DataSourceError(ValueError):
+    """Data that cannot be loaded: a missing file, column or system package.
+
+    The message is one line naming what is missing and how to fix it.
+    """
+
+
+class MissingExtraError(ImportError):
+    """An optional Python package a dataset needs is not installed (message: the pip command)."""
+
+
+def require(module: str, package: str, dataset: str) -> object:
+    """Import ``module`` for ``dataset`` or raise :class:`MissingExtraError` with the pip hint.
+
+    Examples
+    --------
+    >>> require("numpy", "numpy", "doc").__name__
+    'numpy'
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtraError(
+            f"dataset {dataset!r} needs {package}: pip install {package}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -71,15 +104,29 @@ class Partition:
     columns
         Optional per-client feature columns (vertical / feature-subset splits);
         ``None`` means every client sees every column.
+    transforms
+        Optional per-client input transform (domain shift), applied to the
+        client's rows (full width, before ``columns``) for its local train and
+        test data and for the pooled centralized data; ``None`` entries, or
+        ``None`` for the list, mean no transform.
+    domains
+        Optional one-line description of each client's domain (natural id,
+        transform and magnitude), shown by ``flowerbed inspect``.
     """
 
     indices: list[np.ndarray]
     columns: list[np.ndarray] | None = None
+    transforms: list[Transform | None] | None = None
+    domains: list[str] | None = None
 
     @property
     def sizes(self) -> list[int]:
         """Number of training examples per client."""
         return [len(i) for i in self.indices]
+
+    def transform(self, pid: int) -> Transform | None:
+        """Client ``pid``'s input transform, or ``None`` for the identity."""
+        return None if self.transforms is None else self.transforms[pid]
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,16 @@ class FederatedData:
     local_test: list[np.ndarray]
 
     def client(self, pid: int) -> ClientData:
-        """Client ``pid``'s local data (its columns only, when restricted)."""
+        """Client ``pid``'s local data (its domain transform applied, its columns only)."""
         ds = self.dataset
         cols = None if self.partition.columns is None else self.partition.columns[pid]
         tr, te = self.local_train[pid], self.local_test[pid]
 
         def view(x: np.ndarray) -> np.ndarray:
+            x = self._shift(pid, x)
             return x if cols is None else x[:, cols]
 
+        domains = self.partition.domains
         return ClientData(
             partition_id=pid,
             x_train=view(ds.x_train[tr]),
@@ -39,12 +41,27 @@ class FederatedData:
             y_test=ds.y_train[te],
             meta=ds.meta,
             columns=cols,
+            extra={} if domains is None else {"domain": domains[pid]},
         )
 
     def pooled_train(self) -> tuple[np.ndarray, np.ndarray]:
-        """Union of all clients' local training examples (the centralized baseline's data)."""
-        idx = np.sort(np.concatenate(self.local_train)) if self.local_train else np.array([])
-        return self.dataset.x_train[idx], self.dataset.y_train[idx]
+        """Union of all clients' local training examples (the centralized baseline's data).
+
+        With per-client domain transforms the pooled rows are the transformed
+        ones, client after client, so the baseline sees what the clients see.
+        """
+        x, y = self.dataset.x_train, self.dataset.y_train
+        if self.partition.transforms is None:
+            idx = np.sort(np.concatenate(self.local_train)) if self.local_train else np.array([])
+            return x[idx], y[idx]
+        xs = [self._shift(pid, x[ix]) for pid, ix in enumerate(self.local_train)]
+        ys = [y[ix] for ix in self.local_train]
+        return np.concatenate(xs), np.concatenate(ys)
+
+    def _shift(self, pid: int, x: np.ndarray) -> np.ndarray:
+        """Apply client ``pid``'s domain transform (if any) to full-width rows."""
+        transform = self.partition.transform(pid)
+        return x if transform is None or len(x) == 0 else transform(x)
 
 
 def _local_split(
@@ -52,7 +69,7 @@ def _local_split(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Hold out ``fraction`` of a client's examples for its own evaluation."""
     order = np.random.default_rng(derive_seed(seed, "local-test", pid)).permutation(indices)
-    n_test = int(round(fraction * len(order)))
+    n_test = round(fraction * len(order))
     if len(order) - n_test < 1:
         n_test = 0
     return np.sort(order[n_test:]), np.sort(order[:n_test])

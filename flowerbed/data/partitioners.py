@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 from pydantic import Field
 
@@ -65,3 +67,175 @@ def dirichlet(
         seed=derive_seed(seed, "dirichlet") % 2**32,
     )
     return _flwr_partition(partitioner, data.y_train, num_clients)
+
+
+def _needs_labels(data: Dataset, name: str) -> None:
+    if data.meta.task != "classification":
+        raise ValueError(f"{name} partitioning needs class labels; use iid for regression")
+
+
+def _shuffled(partitioner: object, n: int, num_clients: int, seed: int, label: str) -> Partition:
+    """Run a contiguous-cut ``flwr_datasets`` partitioner on a seeded permutation of rows."""
+    order = np.random.default_rng(derive_seed(seed, label)).permutation(n)
+    part = _flwr_partition(partitioner, order, num_clients)
+    return Partition([np.sort(order[i]) for i in part.indices])
+
+
+class PathologicalParams(Params):
+    """Each client holds examples of only ``num_classes_per_partition`` classes."""
+
+    num_classes_per_partition: int = Field(2, ge=1)
+    class_assignment_mode: Literal["random", "deterministic", "first-deterministic"] = "random"
+
+
+@register("partition", "pathological", params=PathologicalParams)
+def pathological(
+    params: PathologicalParams, data: Dataset, num_clients: int, *, seed: int
+) -> Partition:
+    """Pathological k-classes-per-client label skew (flwr_datasets PathologicalPartitioner)."""
+    from flwr_datasets.partitioner import PathologicalPartitioner
+
+    _needs_labels(data, "pathological")
+    partitioner = PathologicalPartitioner(
+        num_partitions=num_clients,
+        partition_by="label",
+        num_classes_per_partition=params.num_classes_per_partition,
+        class_assignment_mode=params.class_assignment_mode,
+        seed=derive_seed(seed, "pathological") % 2**32,
+    )
+    return _flwr_partition(partitioner, data.y_train, num_clients)
+
+
+class ShardParams(Params):
+    """Sort by label, cut into shards, give each client ``num_shards_per_partition``."""
+
+    num_shards_per_partition: int = Field(2, ge=1)
+    shard_size: int | None = Field(None, ge=1, description="default: as large as possible")
+
+
+@register("partition", "shard", params=ShardParams)
+def shard(params: ShardParams, data: Dataset, num_clients: int, *, seed: int) -> Partition:
+    """FedAvg-paper shards of label-sorted data (flwr_datasets ShardPartitioner)."""
+    from flwr_datasets.partitioner import ShardPartitioner
+
+    _needs_labels(data, "shard")
+    partitioner = ShardPartitioner(
+        num_partitions=num_clients,
+        partition_by="label",
+        num_shards_per_partition=params.num_shards_per_partition,
+        shard_size=params.shard_size,
+        seed=derive_seed(seed, "shard") % 2**32,
+    )
+    return _flwr_partition(partitioner, data.y_train, num_clients)
+
+
+class NaturalIdParams(Params):
+    """No parameters: one client per distinct ``Dataset.groups_train`` value."""
+
+
+@register("partition", "natural_id", params=NaturalIdParams)
+def natural_id(
+    params: NaturalIdParams, data: Dataset, num_clients: int, *, seed: int
+) -> Partition:
+    """One client per natural id (subject, site...) from groups_train (NaturalIdPartitioner)."""
+    from datasets import Dataset as HFDataset
+    from flwr_datasets.partitioner import NaturalIdPartitioner
+
+    del params, seed
+    if data.groups_train is None:
+        raise ValueError(
+            f"natural_id partitioning needs a dataset with natural client ids; "
+            f"{data.meta.name!r} has none (e.g. use watch, or csv/parquet with group)"
+        )
+    groups = np.asarray([str(g) for g in data.groups_train])
+    ids = sorted(set(groups.tolist()))
+    if len(ids) != num_clients:
+        raise ValueError(
+            f"dataset {data.meta.name!r} has {len(ids)} natural ids; set num_clients: {len(ids)}"
+        )
+    partitioner = NaturalIdPartitioner(partition_by="group")
+    partitioner.dataset = HFDataset.from_dict({"group": groups, "row": np.arange(len(groups))})
+    rows = [partitioner.load_partition(pid)["row"] for pid in range(num_clients)]
+    mapping = partitioner.partition_id_to_natural_id  # filled by the first load
+    by_id = {mapping[pid]: np.sort(np.asarray(r, dtype=np.int64)) for pid, r in enumerate(rows)}
+    return Partition([by_id[i] for i in ids], domains=[f"id {i}" for i in ids])
+
+
+class SizeSkewParams(Params):
+    """Client sizes proportional to ``i``, ``i**2`` or ``exp(i)`` for client ``i = 1..N``."""
+
+    law: Literal["linear", "square", "exponential"] = "linear"
+
+
+@register("partition", "size_skew", params=SizeSkewParams)
+def size_skew(params: SizeSkewParams, data: Dataset, num_clients: int, *, seed: int) -> Partition:
+    """Deterministic size skew, rows at random (flwr_datasets Linear/Square/Exponential)."""
+    from flwr_datasets import partitioner as fp
+
+    cls = {
+        "linear": fp.LinearPartitioner,
+        "square": fp.SquarePartitioner,
+        "exponential": fp.ExponentialPartitioner,
+    }[params.law]
+    try:
+        return _shuffled(cls(num_partitions=num_clients), len(data.y_train), num_clients,
+                         seed, "size_skew")
+    except ValueError as exc:
+        raise ValueError(
+            f"size_skew law={params.law}: {len(data.y_train)} rows cannot give "
+            f"{num_clients} clients at least one example each ({exc})"
+        ) from None
+
+
+class QuantitySkewParams(Params):
+    """Random client sizes from a log-normal or a power (Zipf-like) law.
+
+    ``lognormal``: size weights ``exp(sigma * z)`` with ``z ~ N(0, 1)``, so the
+    log-sizes have standard deviation ``sigma``. ``powerlaw``: the client of
+    (random) rank ``r = 1..N`` gets weight ``r ** -exponent``. Sizes are the
+    weights scaled to the data (largest remainders), after ``min_size`` each.
+    """
+
+    law: Literal["lognormal", "powerlaw"] = "lognormal"
+    sigma: float = Field(1.0, gt=0, description="lognormal: std of log-sizes")
+    exponent: float = Field(1.0, gt=0, description="powerlaw: size ~ rank ** -exponent")
+    min_size: int = Field(2, ge=0, description="examples every client gets first")
+
+
+def allocate(total: int, weights: np.ndarray, min_size: int) -> np.ndarray:
+    """Integer sizes summing to ``total``: ``min_size`` each, the rest by largest remainder.
+
+    Examples
+    --------
+    >>> allocate(10, np.array([1.0, 1.0, 2.0]), min_size=1).tolist()
+    [3, 3, 4]
+    """
+    spare = total - min_size * len(weights)
+    if spare < 0:
+        raise ValueError(f"{total} rows cannot give {len(weights)} clients {min_size} each")
+    share = spare * weights / weights.sum()
+    sizes = np.floor(share).astype(np.int64)
+    order = np.argsort(-(share - sizes), kind="stable")
+    sizes[order[: spare - sizes.sum()]] += 1
+    return sizes + min_size
+
+
+def quantity_weights(params: QuantitySkewParams, num_clients: int, seed: int) -> np.ndarray:
+    """Relative client sizes drawn from the configured law."""
+    gen = np.random.default_rng(derive_seed(seed, "quantity_skew", "sizes"))
+    if params.law == "lognormal":
+        return np.exp(params.sigma * gen.standard_normal(num_clients))
+    ranks = gen.permutation(num_clients) + 1
+    return ranks.astype(np.float64) ** -params.exponent
+
+
+@register("partition", "quantity_skew", params=QuantitySkewParams)
+def quantity_skew(
+    params: QuantitySkewParams, data: Dataset, num_clients: int, *, seed: int
+) -> Partition:
+    """Quantity skew: log-normal or power-law client sizes, rows assigned at random."""
+    n = len(data.y_train)
+    sizes = allocate(n, quantity_weights(params, num_clients, seed), params.min_size)
+    order = np.random.default_rng(derive_seed(seed, "quantity_skew", "rows")).permutation(n)
+    bounds = np.cumsum(sizes)[:-1]
+    return Partition([np.sort(part) for part in np.split(order, bounds)])

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from pydantic import Field
 from sklearn import datasets as skd
 from sklearn.model_selection import train_test_split
 
-from flowerbed.data.base import Dataset, DatasetMeta
+from flowerbed.data.base import Dataset, DatasetMeta, Task
 from flowerbed.platform.registry import Params, register
 from flowerbed.platform.seeds import derive_seed
 
@@ -19,40 +21,115 @@ class SplitParams(Params):
     standardize: bool = Field(True, description="z-score features with train statistics")
 
 
+def split_rows(
+    n: int, y: np.ndarray | None, test_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded train/test row indices, stratified by ``y`` when every class has 2+ rows.
+
+    Examples
+    --------
+    >>> tr, te = split_rows(8, None, 0.25, seed=0)
+    >>> len(tr), len(te), sorted(np.concatenate([tr, te]).tolist()) == list(range(8))
+    (6, 2, True)
+    """
+    stratify = None
+    if y is not None and np.unique(y, return_counts=True)[1].min() >= 2:
+        stratify = y
+    tr, te = train_test_split(
+        np.arange(n),
+        test_size=test_fraction,
+        random_state=derive_seed(seed, "train-test-split") % 2**32,
+        stratify=stratify,
+    )
+    return tr, te
+
+
+def standardize(x_tr: np.ndarray, x_te: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Z-score both splits with the training split's per-column mean and std."""
+    mean, std = x_tr.mean(axis=0), x_tr.std(axis=0)
+    std = np.where(std == 0, 1.0, std)
+    return (x_tr - mean) / std, (x_te - mean) / std
+
+
 def split_and_scale(
     x: np.ndarray, y: np.ndarray, params: SplitParams, seed: int, stratify: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Seeded (stratified) train/test split, then optional train-statistics scaling."""
-    x_tr, x_te, y_tr, y_te = train_test_split(
-        x,
-        y,
-        test_size=params.test_fraction,
-        random_state=derive_seed(seed, "train-test-split") % 2**32,
-        stratify=y if stratify else None,
-    )
+    tr, te = split_rows(len(y), y if stratify else None, params.test_fraction, seed)
+    x_tr, x_te = x[tr], x[te]
     if params.standardize:
-        mean, std = x_tr.mean(axis=0), x_tr.std(axis=0)
-        std[std == 0] = 1.0
-        x_tr, x_te = (x_tr - mean) / std, (x_te - mean) / std
-    return x_tr.astype(np.float32), x_te.astype(np.float32), y_tr, y_te
+        x_tr, x_te = standardize(x_tr, x_te)
+    return x_tr.astype(np.float32), x_te.astype(np.float32), y[tr], y[te]
+
+
+def _bundled(
+    loader: Callable[[], object],
+    params: SplitParams,
+    seed: int,
+    meta: dict[str, object],
+) -> Dataset:
+    """Split a scikit-learn ``Bunch`` and attach metadata (``meta`` = DatasetMeta fields)."""
+    bunch = loader()
+    task: Task = meta["task"]  # type: ignore[assignment]
+    classify = task == "classification"
+    y = bunch.target.astype(np.int64 if classify else np.float64)  # type: ignore[attr-defined]
+    x_tr, x_te, y_tr, y_te = split_and_scale(
+        np.asarray(bunch.data, dtype=np.float64), y, params, seed, stratify=classify  # type: ignore[attr-defined]
+    )
+    names = getattr(bunch, "target_names", ()) if classify else ()
+    info = DatasetMeta(
+        num_features=x_tr.shape[1],
+        num_classes=len(names) if classify else 0,
+        feature_names=tuple(str(f) for f in bunch.feature_names),  # type: ignore[attr-defined]
+        class_names=tuple(str(c) for c in names),
+        **meta,  # type: ignore[arg-type]
+    )
+    return Dataset(x_tr, y_tr, x_te, y_te, info)
 
 
 @register("dataset", "digits", params=SplitParams)
 def digits(params: SplitParams, *, seed: int) -> Dataset:
     """Handwritten digits 8x8 (1,797 images, 10 classes), bundled with scikit-learn."""
-    bunch = skd.load_digits()
-    x_tr, x_te, y_tr, y_te = split_and_scale(
-        bunch.data, bunch.target.astype(np.int64), params, seed, stratify=True
-    )
-    meta = DatasetMeta(
-        name="digits",
-        task="classification",
-        num_features=x_tr.shape[1],
-        num_classes=10,
-        feature_names=tuple(bunch.feature_names),
-        class_names=tuple(str(c) for c in bunch.target_names),
-        source="scikit-learn load_digits (UCI optical recognition of handwritten digits)",
-        license="CC BY 4.0",
-        input_shape=(8, 8),
-    )
-    return Dataset(x_tr, y_tr, x_te, y_te, meta)
+    return _bundled(skd.load_digits, params, seed, {
+        "name": "digits", "task": "classification", "input_shape": (8, 8),
+        "source": "scikit-learn load_digits (UCI optical recognition of handwritten digits)",
+        "license": "CC BY 4.0",
+    })
+
+
+@register("dataset", "breast_cancer", params=SplitParams)
+def breast_cancer(params: SplitParams, *, seed: int) -> Dataset:
+    """Breast Cancer Wisconsin diagnostic (569 x 30, malignant/benign), from scikit-learn."""
+    return _bundled(skd.load_breast_cancer, params, seed, {
+        "name": "breast_cancer", "task": "classification",
+        "source": "scikit-learn load_breast_cancer (UCI Breast Cancer Wisconsin, Diagnostic)",
+        "license": "CC BY 4.0",
+    })
+
+
+@register("dataset", "wine", params=SplitParams)
+def wine(params: SplitParams, *, seed: int) -> Dataset:
+    """Wine recognition (178 x 13 chemical measurements, 3 cultivars), from scikit-learn."""
+    return _bundled(skd.load_wine, params, seed, {
+        "name": "wine", "task": "classification",
+        "source": "scikit-learn load_wine (UCI Wine)", "license": "CC BY 4.0",
+    })
+
+
+@register("dataset", "iris", params=SplitParams)
+def iris(params: SplitParams, *, seed: int) -> Dataset:
+    """Fisher's iris (150 x 4, 3 species), from scikit-learn."""
+    return _bundled(skd.load_iris, params, seed, {
+        "name": "iris", "task": "classification",
+        "source": "scikit-learn load_iris (Fisher 1936, UCI Iris)", "license": "CC BY 4.0",
+    })
+
+
+@register("dataset", "diabetes", params=SplitParams)
+def diabetes(params: SplitParams, *, seed: int) -> Dataset:
+    """Diabetes progression regression (442 x 10, Efron et al. 2004), from scikit-learn."""
+    return _bundled(skd.load_diabetes, params, seed, {
+        "name": "diabetes", "task": "regression",
+        "source": "scikit-learn load_diabetes (Efron, Hastie, Johnstone, Tibshirani 2004)",
+        "license": "BSD-3-Clause (as distributed with scikit-learn)",
+    })

@@ -76,6 +76,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def read_yaml_raw(path: str) -> Any:
+    """The file's YAML as plain data (``None`` when unreadable; errors come from the loader)."""
+    import yaml
+
+    try:
+        with open(path) as fh:
+            return yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError):
+        return None
+
+
 def summary_table(summary: dict[str, Any], keys: Sequence[str]) -> Table:
     """Federated vs baselines, one row per source, the scenario's summary metrics as columns."""
     results: dict[str, dict[str, float]] = summary["results"]
@@ -93,12 +104,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     from flowerbed.platform.scenario import load_scenario
 
     scenario = load_scenario(args.file, args.overrides)
+    if "sweep" in (read_yaml_raw(args.file) or {}):
+        print(
+            f"note: {args.file} has a sweep block; `flowerbed run` runs the base scenario "
+            f"only (use `flowerbed sweep {args.file}`)",
+            file=sys.stderr,
+        )
     try:
         result = run(scenario, output_dir=args.output_dir, progress=not args.quiet)
     except RunError as exc:
         print(f"run failed: {exc}", file=sys.stderr)
         return 1
     console = Console()
+    console.print()
     console.print(summary_table(result.summary, scenario.metrics.summary))
     console.print(f"wall time {result.summary['wall_time_s']:.1f} s · results in {result.run_dir}")
     return 0

@@ -213,7 +213,7 @@ class Federation:
             if pid is None:
                 continue
             if msg.has_error():
-                out.failed[pid] = _short_reason(msg.error.reason)
+                out.failed[pid] = _short_reason(msg.error.reason or "")
                 continue
             body = Payload.from_record(msg.content)
             reason = check_reply(body, expected)

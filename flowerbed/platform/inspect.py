@@ -40,7 +40,7 @@ def client_stats(data: FederatedData) -> list[dict[str, Any]]:
         rows.append({
             "partition_id": pid,
             "num_train": int(client.num_train),
-            "num_test": int(len(client.y_test)),
+            "num_test": len(client.y_test),
             "counts": counts,
             "bins": names,
             "domain": str(client.extra.get("domain", "-")),
@@ -94,7 +94,9 @@ def plot_partition(rows: list[dict[str, Any]], title: str, path: Path) -> Path:
     )
     image = ax_heat.imshow(shares, aspect="auto", cmap="viridis", vmin=0, vmax=1)
     ax_heat.set_xticks(range(len(bins)), bins, rotation=60, ha="right", fontsize=8)
-    ax_heat.set_yticks(range(n), [str(r["partition_id"]) for r in rows], fontsize=8)
+    ticks = [f"{r['partition_id']}" + ("" if r["domain"] == "-" else f"  {r['domain']}")
+             for r in rows]
+    ax_heat.set_yticks(range(n), ticks, fontsize=8)
     ax_heat.set_xlabel("label share per client")
     ax_heat.set_ylabel("client")
     fig.colorbar(image, ax=ax_heat, fraction=0.05, pad=0.02)

@@ -54,10 +54,10 @@ class Payload:
         content = RecordDict()
         if self.arrays:
             content[keys.ARRAYS] = self.to_array_record()
-        content[keys.CONFIG] = ConfigRecord(_encode_config(self.config))
+        content[keys.CONFIG] = ConfigRecord(_encode_config(self.config))  # type: ignore[assignment]
         metrics = {k: float(v) for k, v in self.metrics.items()}
         metrics[keys.NUM_EXAMPLES] = int(self.num_examples)
-        content[keys.METRICS] = MetricRecord(metrics)  # type: ignore[arg-type]
+        content[keys.METRICS] = MetricRecord(metrics)  # type: ignore[arg-type,assignment]
         return content
 
     @classmethod
@@ -66,12 +66,12 @@ class Payload:
         arrays: Arrays = {}
         config: dict[str, Any] = {}
         metrics: dict[str, float] = {}
-        for record in content.array_records.values():
-            arrays.update({k: v.numpy() for k, v in record.items()})
-        for record in content.config_records.values():
-            config.update(_decode_config(dict(record)))
-        for record in content.metric_records.values():
-            metrics.update({k: float(v) for k, v in record.items()})  # type: ignore[arg-type]
+        for arecord in content.array_records.values():
+            arrays.update({k: v.numpy() for k, v in arecord.items()})
+        for crecord in content.config_records.values():
+            config.update(_decode_config(dict(crecord)))
+        for mrecord in content.metric_records.values():
+            metrics.update({k: float(v) for k, v in mrecord.items()})  # type: ignore[arg-type]
         num = int(metrics.pop(keys.NUM_EXAMPLES, 0))
         return cls(arrays=arrays, config=config, metrics=metrics, num_examples=num)
 

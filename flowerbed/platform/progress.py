@@ -12,8 +12,15 @@ from rich.table import Table
 class LiveProgress:
     """A rich table refreshed from the recorder's rows (``Recorder.listeners``)."""
 
-    def __init__(self, scenario_name: str, rounds: int, console: Console | None = None) -> None:
+    def __init__(
+        self,
+        scenario_name: str,
+        rounds: int,
+        shown: tuple[str, ...] = ("accuracy", "loss"),
+        console: Console | None = None,
+    ) -> None:
         self.scenario_name = scenario_name
+        self.shown = shown
         self.rounds = rounds
         self.console = console or Console(stderr=True)
         self.round = 0
@@ -45,7 +52,13 @@ class LiveProgress:
             self.phase = str(row["event"])
         else:
             self.phase = str(row.get("phase", self.phase))
-            self.latest.update({k: v for k, v in row.items() if k.count("/") == 2})
+            self.latest.update(
+                {
+                    k: v
+                    for k, v in row.items()
+                    if k.count("/") == 2 and k.rsplit("/", 1)[1] in self.shown
+                }
+            )
         self.live.update(self._render())
 
     def _render(self) -> Table:
@@ -60,6 +73,6 @@ class LiveProgress:
                 "replies", f"{r['ok']} ok · {r['failed']} failed · {r['missing']} missing"
             )
         table.add_row("failed/missing so far", str(self.failures))
-        for key, value in sorted(self.latest.items())[-8:]:
+        for key, value in sorted(self.latest.items())[:12]:
             table.add_row(key, f"{value:.4f}")
         return table

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, create_model
 
@@ -82,11 +82,11 @@ def register(kind: str, name: str, params: type[Params] | None = None) -> Callab
     def decorate(target: T) -> T:
         if name in _REGISTRY[kind]:
             raise ValueError(f"{kind} {name!r} is already registered")
-        base = params or getattr(target, "Params", None) or Params
-        model = create_model(  # type: ignore[call-overload]
-            f"{kind}:{name}",
-            __base__=base,
-            name=(Literal[name], name),  # type: ignore[valid-type]
+        base: Any = params or getattr(target, "Params", None) or Params
+        literal: Any = Literal[name]  # type: ignore[valid-type]
+        model = cast(
+            "type[Params]",
+            create_model(f"{kind}:{name}", __base__=base, name=(literal, name)),
         )
         doc = (getattr(target, "__doc__", None) or "").strip().splitlines()
         summary = doc[0] if doc else ""
@@ -133,7 +133,13 @@ def hints(kind: str) -> dict[str, str]:
     return dict(_HINTS[kind])
 
 
+def name_of(spec: Params) -> str:
+    """The registry name a validated params model was built for."""
+    name: str = getattr(spec, "name")  # noqa: B009 - added dynamically by register()
+    return name
+
+
 def build(kind: str, spec: Params, **kwargs: Any) -> Any:
     """Instantiate the component that ``spec`` (a validated params model) names."""
-    entry = get(kind, spec.name)  # type: ignore[attr-defined]
+    entry = get(kind, name_of(spec))
     return entry.target(spec, **kwargs)

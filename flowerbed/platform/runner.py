@@ -165,7 +165,7 @@ def run(
     if progress:
         from flowerbed.platform.progress import LiveProgress
 
-        display = LiveProgress(scenario.name, scenario.rounds)
+        display = LiveProgress(scenario.name, scenario.rounds, scenario.metrics.summary)
         recorder.listeners.append(display)
     try:
         with display if display is not None else contextlib.nullcontext():

@@ -91,6 +91,14 @@ class ScenarioBase(Params):
     clients: ClientsConfig = ClientsConfig()
     metrics: MetricsConfig = MetricsConfig()
     output_dir: str = "runs"
+    # Component fields; :func:`scenario_model` narrows each to the union of the
+    # registered parameter models, discriminated by ``name``.
+    dataset: Params
+    partition: Params
+    model: Params | None = None
+    learner: Params
+    strategy: Params
+    baselines: list[Params] = []
 
     @field_validator("engine", mode="before")
     @classmethod
@@ -217,7 +225,7 @@ def _known_fields(model: type[Any], loc: tuple[Any, ...], data: Any) -> list[str
 def _message(err: dict[str, Any], model: type[Any], data: Any) -> str:
     loc = tuple(err["loc"])
     path = _path(loc, data)
-    kind_field = loc[0] if loc else None
+    kind_field = str(loc[0]) if loc else ""
     etype = err["type"]
     kind = COMPONENT_FIELDS.get(kind_field) or LIST_COMPONENT_FIELDS.get(kind_field, "")
     # A single registered component is a plain model, not a union: its bad
@@ -289,7 +297,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         node = out
         for key in path[:-1]:
             child = node.get(key)
-            if isinstance(child, str) and key in COMPONENT_FIELDS:
+            if isinstance(child, str):
+                # ``engine: inline`` / ``learner: sgd`` shorthand: keep the name.
                 child = {"name": child}
             if not isinstance(child, dict):
                 child = {}

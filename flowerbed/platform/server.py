@@ -47,18 +47,19 @@ def client_table(ctx: ServerContext) -> list[dict[str, Any]]:
 def run_baselines(ctx: ServerContext) -> dict[str, dict[str, float]]:
     """Run every baseline the scenario lists; a failing baseline is recorded, not fatal."""
     out: dict[str, dict[str, float]] = {}
-    for spec in ctx.scenario.baselines:  # type: ignore[attr-defined]
-        ctx.recorder.event("baseline_start", baseline=spec.name)
+    for spec in ctx.scenario.baselines:
+        name = registry.name_of(spec)
+        ctx.recorder.event("baseline_start", baseline=name)
         try:
             metrics = registry.build("baseline", spec, ctx=ctx)
         except Exception as exc:
-            log.exception("baseline %s failed", spec.name)
+            log.exception("baseline %s failed", name)
             ctx.recorder.event(
-                "baseline_failed", baseline=spec.name, error=f"{type(exc).__name__}: {exc}"
+                "baseline_failed", baseline=name, error=f"{type(exc).__name__}: {exc}"
             )
             continue
-        ctx.recorder.metrics(ctx.scenario.rounds, spec.name, metrics)
-        out[spec.name] = metrics
+        ctx.recorder.metrics(ctx.scenario.rounds, name, metrics)
+        out[name] = metrics
     return out
 
 

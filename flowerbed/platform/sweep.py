@@ -821,8 +821,12 @@ def add_commands(subparsers: Any, commands: dict[str, Callable[[argparse.Namespa
     p = subparsers.add_parser(
         "sweep",
         help="run every point of a scenario's sweep: block (resumable)",
-        description="Expand the sweep: block, validate every point, run those not done yet. "
-        "Exit status: the number of failed points (0 = all fine).",
+        description="Expand the sweep: block, validate every point, then run the points not "
+        "done yet (a point is done when its summary.json has the same scenario digest). "
+        "--set key=value edits every point; --set sweep.seeds=[0,1,2] or "
+        "--set sweep.<key>=[...] edits the sweep itself. Exit status: the number of failed "
+        "points (0 = all fine, capped at 100); an invalid sweep is reported before anything "
+        "runs, with exit status 2 like other commands.",
     )
     p.add_argument("file")
     add_set_option(p)
