@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from flowerbed.data.base import ClientData, DatasetMeta
 from flowerbed.platform.messages import Arrays, Payload
-from flowerbed.platform.registry import Params
+from flowerbed.platform.registry import Params as BaseParams
 from flowerbed.platform.scenario import Scenario
 
 Handler = Callable[[ClientData, Payload, "TaskContext"], Payload]
@@ -40,9 +40,9 @@ class Learner:
     instance serves many clients in one worker process).
     """
 
-    Params: ClassVar[type[Params]] = Params
+    Params: ClassVar[type[BaseParams]] = BaseParams
 
-    def __init__(self, params: Params, *, scenario: Scenario) -> None:
+    def __init__(self, params: BaseParams, *, scenario: Scenario) -> None:
         self.params = params
         self.scenario = scenario
 

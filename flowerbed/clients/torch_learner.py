@@ -37,17 +37,16 @@ class SGDLearner(SupervisedLearner):
 
     def __init__(self, params: SGDParams, *, scenario: Scenario) -> None:
         super().__init__(params, scenario=scenario)
-        if scenario.model is None:  # type: ignore[attr-defined]
+        if scenario.model is None:
             raise ValueError("learner 'sgd' needs a 'model:' block (e.g. model: mlp)")
         self.p: SGDParams = params
 
     def _build(self, meta: DatasetMeta) -> nn.Module:
         out = meta.num_classes if meta.task == "classification" else 1
+        spec = self.scenario.model
+        assert spec is not None  # checked in __init__
         module: nn.Module = registry.build(
-            "model",
-            self.scenario.model,
-            in_features=meta.num_features,
-            out_features=out,  # type: ignore[attr-defined]
+            "model", spec, in_features=meta.num_features, out_features=out
         )
         return module
 

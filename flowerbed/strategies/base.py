@@ -10,7 +10,7 @@ from flowerbed.clients.learner import Learner
 from flowerbed.data.federated import FederatedData, federated_data
 from flowerbed.platform import registry
 from flowerbed.platform.federation import Federation
-from flowerbed.platform.registry import Params
+from flowerbed.platform.registry import Params as BaseParams
 from flowerbed.platform.results import Recorder
 from flowerbed.platform.scenario import Scenario
 
@@ -58,9 +58,9 @@ class Strategy:
     beside the baselines'. Per-round metrics go to ``ctx.recorder``.
     """
 
-    Params: ClassVar[type[Params]] = Params
+    Params: ClassVar[type[BaseParams]] = BaseParams
 
-    def __init__(self, params: Params, *, scenario: Scenario) -> None:
+    def __init__(self, params: BaseParams, *, scenario: Scenario) -> None:
         self.params = params
         self.scenario = scenario
 

@@ -80,14 +80,16 @@ class _SeededFedAvg(FedAvg):
         metrics = super().aggregate_evaluate(server_round, replies)
         if metrics:
             named = {
-                f"local_test/{k}": float(v) for k, v in metrics.items() if k != keys.NUM_EXAMPLES
-            }  # type: ignore[arg-type]
+                f"local_test/{k}": float(v)  # type: ignore[arg-type]
+                for k, v in metrics.items()
+                if k != keys.NUM_EXAMPLES
+            }
             self.ctx.recorder.metrics(server_round, "evaluate", named)
         return metrics
 
 
 def _train_split(metrics: MetricRecord) -> dict[str, float]:
-    return {f"train/{k}": float(v) for k, v in metrics.items() if k != keys.NUM_EXAMPLES}  # type: ignore[arg-type]
+    return {f"train/{k}": float(v) for k, v in metrics.items() if k != keys.NUM_EXAMPLES}  # type: ignore[arg-type,misc]
 
 
 @register("strategy", "fedavg")
