@@ -121,3 +121,20 @@ def test_local_only_is_worse_than_centralized_under_label_skew():
     res = flowerbed.run(data, save=False).summary["results"]
     assert res["local_only"]["test/accuracy"] < res["centralized"]["test/accuracy"]
     assert res["local_only"]["test/accuracy_min"] <= res["local_only"]["test/accuracy"]
+
+
+def test_availability_profile_drops_clients_in_virtual_time():
+    """Dropped clients are never asked; the same (seed, round) drops the same clients."""
+    from flowerbed.data.availability import AvailabilityParams, round_availability
+
+    profile = {"dropout": 0.5}
+    data = tiny_scenario(clients={"availability": profile}, federation={"min_replies": 0.25})
+    result = flowerbed.run(data, save=False)
+    rows = [r for r in result.rows if r.get("event") == "replies" and r["phase"] == "train"]
+    params = AvailabilityParams(**profile)
+    for row in rows:
+        expected = round_availability(params, 3, row["round"], range(4))
+        assert row["dropped_clients"] == list(expected.dropped)
+        assert row["ok"] == len(expected.on_time)
+        assert sorted(row["missing_clients"]) == sorted(expected.dropped)
+    assert any(r["dropped_clients"] for r in rows)

@@ -13,6 +13,7 @@ import numpy as np
 from flwr.app import Message
 from flwr.serverapp import Grid
 
+from flowerbed.data.availability import RoundAvailability, round_availability
 from flowerbed.platform import keys
 from flowerbed.platform.messages import Arrays, Payload, check_reply
 from flowerbed.platform.seeds import derive_seed
@@ -37,12 +38,20 @@ class Replies:
     failed
         Replies that came back as errors or failed validation, with the reason.
     missing
-        Clients that did not answer before the timeout.
+        Clients that did not answer: timed out, or (virtual time) dropped or
+        late by the scenario's availability profile.
+    dropped, late
+        The availability profile's share of ``missing`` this round.
+    virtual_time
+        Simulated duration of the phase (slowest on-time client, or the deadline).
     """
 
     ok: dict[int, Payload] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)
     missing: list[int] = field(default_factory=list)
+    dropped: list[int] = field(default_factory=list)
+    late: list[int] = field(default_factory=list)
+    virtual_time: float = 0.0
 
     def counts(self) -> dict[str, int]:
         """``{"ok": .., "failed": .., "missing": ..}`` for logs and progress."""
@@ -176,8 +185,9 @@ class Federation:
             Fewer usable replies than ``min_replies`` require.
         """
         pids = self.partition_ids if clients is None else sorted(clients)
+        available = self.available(pids, server_round)
         messages = []
-        for pid in pids:
+        for pid in available.on_time:
             body = payload[pid] if isinstance(payload, Mapping) else payload
             config = {**body.config, keys.SERVER_ROUND: server_round}
             record = Payload(body.arrays, config, body.metrics, body.num_examples).to_record()
@@ -193,6 +203,7 @@ class Federation:
             messages, timeout=timeout or self.scenario.federation.timeout
         )
         replies = self.sort_replies(raw, pids, expected_arrays)
+        _note_availability(replies, available)
         self.recorder.replies(message_type, server_round, replies)
         ensure_enough(
             message_type,
@@ -202,6 +213,16 @@ class Federation:
             self.scenario.federation.min_replies if min_replies is None else min_replies,
         )
         return replies
+
+    def available(self, pids: list[int], server_round: int) -> RoundAvailability:
+        """Who answers in time this round, by the scenario's availability profile.
+
+        Clients that drop or are late are never sent the message: in virtual
+        time their reply would not arrive, and real waiting would block
+        Flower's worker pool for everyone else.
+        """
+        params = self.scenario.clients.availability
+        return round_availability(params, self.scenario.seed, server_round, pids)
 
     def sort_replies(
         self, raw: Iterable[Message], asked: list[int], expected: Arrays | None = None
@@ -240,6 +261,12 @@ def _short_reason(reason: str) -> str:
         # Flower prefixes a ClientAppException banner; the learner's message is last.
         return f"{exc}: {lines[-1].strip() if lines else ''}"
     return text.splitlines()[-1] if text else "unknown error"
+
+
+def _note_availability(replies: Replies, available: RoundAvailability) -> None:
+    replies.dropped = list(available.dropped)
+    replies.late = list(available.late)
+    replies.virtual_time = float(available.round_time)
 
 
 class FlowerGridView(Grid):
@@ -288,8 +315,12 @@ class FlowerGridView(Grid):
         expected = None
         if message_type.startswith("train"):
             expected = Payload.from_record(messages[0].content).arrays or None
+        available = self.fed.available(asked, self.server_round)
+        on_time = set(available.on_time)
+        messages = [m for m in messages if self.fed.pid_of[m.metadata.dst_node_id] in on_time]
         raw = list(self.fed.grid.send_and_receive(messages, timeout=timeout))
         replies = self.fed.sort_replies(raw, asked, expected)
+        _note_availability(replies, available)
         self.fed.recorder.replies(message_type, self.server_round, replies)
         ensure_enough(
             message_type,

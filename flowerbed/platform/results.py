@@ -133,6 +133,10 @@ class Recorder:
                 log.warning(
                     "round %d %s: client %d failed: %s", server_round, message_type, pid, reason
                 )
+        if replies.dropped or replies.late:
+            row["dropped_clients"] = replies.dropped
+            row["late_clients"] = replies.late
+            row["virtual_time_s"] = round(replies.virtual_time, 4)
         if replies.missing:
             row["missing_clients"] = replies.missing
             log.warning(

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import Field, ValidationError, create_model, field_validator, model_validator
 
+from flowerbed.data.availability import AvailabilityParams
 from flowerbed.platform import registry
 from flowerbed.platform.registry import Params
 
@@ -66,9 +67,10 @@ class FederationConfig(Params):
 
 
 class ClientsConfig(Params):
-    """Per-client data handling common to all datasets."""
+    """Per-client data handling and availability common to all datasets."""
 
     local_test_fraction: float = Field(0.2, ge=0, lt=1)
+    availability: AvailabilityParams = AvailabilityParams()
 
 
 class MetricsConfig(Params):
