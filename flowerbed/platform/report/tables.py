@@ -1,0 +1,170 @@
+"""Report tables: grouping runs, final metrics per run, mean ± std per group, CSV/markdown."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from flowerbed.platform.report.runs import RunInfo
+from flowerbed.platform.results import atomic_write
+
+
+def lookup(data: dict[str, Any], key: str) -> Any:
+    """``data["a"]["b"]`` for ``key = "a.b"`` (``None`` when absent)."""
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def metric_key(name: str) -> str:
+    """``accuracy`` means the test split's ``test/accuracy``; ``x/y`` is taken as given."""
+    return name if "/" in name else f"test/{name}"
+
+
+def default_metrics(runs: Sequence[RunInfo]) -> list[str]:
+    """Pick the scenario's summary metrics present in the results, else every test metric."""
+    finals = [m for r in runs for m in r.final().values()]
+    wanted = next((r.scenario.get("metrics", {}).get("summary") for r in runs if r.scenario), None)
+    keys = [metric_key(m) for m in wanted or []]
+    present = [k for k in keys if any(k in m for m in finals)]
+    if present:
+        return present
+    every = dict.fromkeys(k for m in finals for k in m if k.startswith("test/"))
+    return [k for k in every if not k.endswith(("_min", "_max"))]
+
+
+def default_group_by(runs: Sequence[RunInfo]) -> list[str]:
+    """Swept keys other than ``seed``: points differing only in seed form a group.
+
+    Runs that are not sweep points are one group when their scenarios differ
+    at most in ``seed``, else each run is its own group (key ``run``).
+    """
+    keys = list(dict.fromkeys(k for r in runs for k in r.overrides if k != "seed"))
+    if keys or any(r.overrides for r in runs):
+        return keys
+    configs = {json.dumps({**r.scenario, "seed": None}, sort_keys=True) for r in runs}
+    return ["run"] if len(configs) > 1 else []
+
+
+def group_value(run: RunInfo, key: str) -> Any:
+    """Return a run's value of ``key``: its sweep override, else its resolved scenario.
+
+    The key ``run`` (not a scenario field) is the run folder's name.
+    """
+    if key in run.overrides:
+        return run.overrides[key]
+    return run.name if key == "run" else lookup(run.scenario, key)
+
+
+def _fmt_value(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def group_label(run: RunInfo, keys: Sequence[str]) -> str:
+    """``partition.alpha=0.1 rounds=3`` (``all`` without keys)."""
+    return " ".join(f"{k}={_fmt_value(group_value(run, k))}" for k in keys) or "all"
+
+
+def run_rows(
+    runs: Sequence[RunInfo], metrics: Sequence[str], keys: Sequence[str]
+) -> list[dict[str, Any]]:
+    """One row per finished run and source: the run, its group values, seed, final metrics."""
+    rows = []
+    for run in runs:
+        for source, values in run.final().items():
+            row: dict[str, Any] = {"run": run.name}
+            row.update({k: _fmt_value(group_value(run, k)) for k in keys})
+            row.update({"seed": run.scenario.get("seed"), "source": source})
+            row.update({m: values.get(m) for m in metrics})
+            rows.append(row)
+    return rows
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (``nan`` std for a single value).
+
+    Examples
+    --------
+    >>> mean_std([1.0, 3.0])
+    (2.0, 1.4142135623730951)
+    """
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, math.nan
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+def summary_rows(
+    runs: Sequence[RunInfo], metrics: Sequence[str], keys: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Per group and source: ``n`` runs and each metric's mean and std over them."""
+    cells: dict[tuple[str, str], dict[str, list[float]]] = {}
+    first: dict[str, RunInfo] = {}
+    for run in runs:
+        label = group_label(run, keys)
+        first.setdefault(label, run)
+        for source, values in run.final().items():
+            bucket = cells.setdefault((label, source), {m: [] for m in metrics})
+            for m in metrics:
+                if values.get(m) is not None:
+                    bucket[m].append(float(values[m]))
+    rows = []
+    for (label, source), bucket in cells.items():
+        row: dict[str, Any] = {k: _fmt_value(group_value(first[label], k)) for k in keys}
+        n = max(map(len, bucket.values()), default=0)
+        row.update({"group": label, "source": source, "n": n})
+        for m, values in bucket.items():
+            mean, std = mean_std(values) if values else (math.nan, math.nan)
+            row.update({f"{m} mean": mean, f"{m} std": std})
+        rows.append(row)
+    return rows
+
+
+def _pms(row: dict[str, Any], metrics: Sequence[str]) -> list[str]:
+    return [_pm(row, m) for m in metrics]
+
+
+def _cell(value: Any, digits: int = 4) -> str:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.{digits}f}"
+    return "" if value is None else str(value)
+
+
+def _pm(row: dict[str, Any], metric: str) -> str:
+    """``0.9312 ± 0.0040`` (just the mean when the std is undefined)."""
+    mean, std = row[f"{metric} mean"], row[f"{metric} std"]
+    if math.isnan(mean):
+        return "-"
+    return f"{mean:.4f}" if math.isnan(std) else f"{mean:.4f} ± {std:.4f}"
+
+
+def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Rows as CSV (full precision; empty cells for missing values)."""
+    import io
+
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if _missing(row.get(k)) else row.get(k) for k in columns})
+    atomic_write(path, out.getvalue())
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def markdown_table(header: Sequence[str], body: Iterable[Sequence[str]]) -> str:
+    """Render a GitHub-flavoured markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in body]
+    return "\n".join(lines)
