@@ -20,9 +20,15 @@ FAULTY = {
 }
 
 
+#: One Ray worker: Flower sizes its actor pool as Ray's CPUs / each client's CPUs.
+ONE_WORKER = {"name": "simulation", "ray_num_cpus": 1, "client_resources": {"num_cpus": 1}}
+#: Four workers sharing two CPUs, so clients run concurrently and out of order.
+FOUR_WORKERS = {"name": "simulation", "ray_num_cpus": 2, "client_resources": {"num_cpus": 0.5}}
+
+
 @pytest.fixture(scope="module")
 def ray_result(tmp_path_factory):
-    data = tiny_scenario(engine={"name": "simulation"}, learner=FAULTY)
+    data = tiny_scenario(engine=ONE_WORKER, learner=FAULTY)
     return flowerbed.run(data, output_dir=tmp_path_factory.mktemp("runs"))
 
 
@@ -48,3 +54,18 @@ def test_simulation_names_the_failing_client(ray_result):
 def test_simulation_and_inline_agree_exactly(ray_result):
     inline = flowerbed.run(tiny_scenario(learner=FAULTY), save=False)
     assert inline.summary["results"] == ray_result.summary["results"]
+
+
+def test_number_of_ray_workers_does_not_change_results(ray_result):
+    """A second Ray start-up (slow): 4 workers give the 1-worker run's metrics exactly.
+
+    Each client seeds itself from (root seed, partition id, message type, round)
+    and the server aggregates in partition-id order, so which worker runs which
+    client, and in what order replies arrive, cannot change a number.
+    """
+    four = flowerbed.run(tiny_scenario(engine=FOUR_WORKERS, learner=FAULTY), save=False)
+    assert four.summary["results"] == ray_result.summary["results"]
+    failed = [
+        r["failed"] for r in four.rows if r.get("event") == "replies" and r["phase"] == "train"
+    ]
+    assert failed == [0, 1]

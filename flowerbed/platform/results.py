@@ -37,6 +37,33 @@ def atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def append_line(path: Path, line: str) -> None:
+    """Append ``line`` and a newline with one ``write`` call, then sync it to disk.
+
+    Python's buffered files split writes larger than their buffer into several
+    system calls, so a process killed between them would leave half a row. One
+    ``os.write`` of the whole line on an ``O_APPEND`` descriptor leaves either
+    the complete line or nothing (short writes, possible only when the disk
+    is full, raise instead of tearing silently).
+
+    Parameters
+    ----------
+    path
+        The JSON-lines file (created if missing).
+    line
+        One row, without its newline; it must not contain one.
+    """
+    data = (line + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        written = os.write(fd, data)
+        if written != len(data):
+            raise OSError(f"short write to {path}: {written} of {len(data)} bytes")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def versions() -> dict[str, str]:
     """Versions of the packages that decide a run's numbers."""
     out = {"python": pyplatform.python_version()}
@@ -106,10 +133,7 @@ class Recorder:
         row = {"time_s": round(time.time() - self.started, 3), **row}
         self.rows.append(row)
         if self.run_dir is not None:
-            with open(self.run_dir / METRICS_FILE, "a") as fh:
-                fh.write(json.dumps(row) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
+            append_line(self.run_dir / METRICS_FILE, json.dumps(row))
         for listener in self.listeners:
             listener(row)
 

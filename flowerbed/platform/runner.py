@@ -12,6 +12,7 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+from flowerbed.platform.resources import check_memory
 from flowerbed.platform.results import Recorder, Result, new_run_dir
 from flowerbed.platform.scenario import Scenario, from_dict, load_scenario
 
@@ -124,7 +125,14 @@ def quiet_flower() -> Iterator[None]:
             h.setLevel(level)
 
 
-ENGINES = {"inline": run_inline, "simulation": run_ray}
+def run_deployment(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
+    """A running Flower deployment: ``flwr run`` on the connection ``engine.connection``."""
+    from flowerbed.platform.deploy.flwr_run import run_on_superlink
+
+    return run_on_superlink(scenario, recorder)
+
+
+ENGINES = {"inline": run_inline, "simulation": run_ray, "deployment": run_deployment}
 
 
 def run(
@@ -168,6 +176,7 @@ def run(
         display = LiveProgress(scenario.name, scenario.rounds, scenario.metrics.summary)
         recorder.listeners.append(display)
     try:
+        check_memory(scenario)  # fail fast, before Ray or any client starts
         with display if display is not None else contextlib.nullcontext():
             summary = ENGINES[scenario.engine.name](scenario, recorder)
     except Exception as exc:

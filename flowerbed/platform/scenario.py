@@ -48,11 +48,21 @@ class ClientResources(Params):
 
 
 class Engine(Params):
-    """How the federation executes: Flower simulation on Ray, or in one process."""
+    """How the federation executes: Flower simulation on Ray, in one process, or deployed.
 
-    name: Literal["simulation", "inline"] = "simulation"
+    ``deployment`` runs ``flwr run`` against the SuperLink named ``connection``
+    in ``<flwr_home>/config.toml`` (default ``$FLWR_HOME``, else ``~/.flwr``).
+    """
+
+    name: Literal["simulation", "inline", "deployment"] = "simulation"
     client_resources: ClientResources = ClientResources()
     ray_num_cpus: int | None = Field(None, ge=1, description="CPUs Ray may use (default: all)")
+    connection: str = Field(
+        "flowerbed-local", description="SuperLink connection name (deployment engine)"
+    )
+    flwr_home: str | None = Field(
+        None, description="folder holding the CLI's config.toml (deployment engine)"
+    )
 
 
 class FederationConfig(Params):
@@ -114,6 +124,8 @@ class ScenarioBase(Params):
         if not isinstance(data, dict):
             return data
         data = dict(data)
+        # Written here, not as a field default, so it is validated like any block.
+        data.setdefault("partition", {"name": "iid"})
         for key in COMPONENT_FIELDS:
             if isinstance(data.get(key), str):
                 data[key] = {"name": data[key]}
@@ -163,7 +175,7 @@ def scenario_model() -> type[ScenarioBase]:
     load_plugins()
     fields: dict[str, Any] = {
         "dataset": (_union("dataset"), ...),
-        "partition": (_union("partition"), {"name": "iid"}),
+        "partition": (_union("partition"), ...),
         "model": (_union("model") | None, None),
         "learner": (_union("learner"), ...),
         "strategy": (_union("strategy"), ...),
@@ -254,7 +266,7 @@ def _message(err: dict[str, Any], model: type[Any], data: Any) -> str:
     if etype == "missing":
         return f"{path}: required field is missing"
     if etype == "literal_error" and loc and loc[-1] == "name" and loc[0] == "engine":
-        return f"{path}: unknown engine {err['input']!r}; known: inline, simulation"
+        return f"{path}: unknown engine {err['input']!r}; known: inline, simulation, deployment"
     msg = str(err["msg"])
     msg = msg[0].lower() + msg[1:] if msg else msg
     return (
@@ -322,6 +334,10 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ScenarioError([f"{where}malformed YAML: {problem}"], str(p)) from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError([f"byte {exc.start}: not UTF-8 text ({exc.reason})"], str(p)) from None
+    except RecursionError:
+        raise ScenarioError(["(top level): malformed YAML: nested too deeply"], str(p)) from None
     if data is None:
         raise ScenarioError(["(top level): the file is empty"], str(p))
     if not isinstance(data, dict):

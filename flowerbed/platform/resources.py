@@ -1,0 +1,190 @@
+"""Memory estimate of a scenario, checked before an engine starts: fail fast, not by OOM.
+
+The estimate is deliberately simple and stated in the error, so a user can see
+which term is too large:
+
+* the server holds the global model, one reply per client until it aggregates,
+  the aggregate and an evaluation copy: ``model * (clients + 3)``, plus the data;
+* each concurrently running client (one Ray actor, or the single inline
+  process) holds the received weights, the model, its gradients, up to two
+  optimiser states and its reply: ``model * 6``, plus its own copy of the data.
+
+The model size comes from building the scenario's model on torch's ``meta``
+device (no memory allocated); the data size from the dataset arrays.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from flowerbed.platform.scenario import Scenario
+
+log = logging.getLogger("flowerbed")
+
+#: Copies of the model a training client holds at once (see the module docstring).
+CLIENT_COPIES = 6
+#: Server copies besides one reply per client: global, aggregate, evaluation model.
+SERVER_COPIES = 3
+#: Set to ``1`` to skip the check (an estimate can be wrong for exotic components).
+SKIP_ENV = "FLOWERBED_SKIP_MEMORY_CHECK"
+
+
+class ResourceLimitError(RuntimeError):
+    """A scenario's estimated memory exceeds what the machine has available."""
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes a run is expected to need at its peak.
+
+    Attributes
+    ----------
+    model_bytes
+        Parameters and buffers of one model instance.
+    data_bytes
+        The dataset's arrays (every process holds a copy).
+    clients
+        ``num_clients``: replies the server holds before aggregating.
+    actors
+        Clients running at the same time (1 for the inline engine).
+    separate_processes
+        Whether clients run in their own processes (Ray) or in the server's.
+    """
+
+    model_bytes: int
+    data_bytes: int
+    clients: int
+    actors: int
+    separate_processes: bool
+
+    @property
+    def server_bytes(self) -> int:
+        """The server process: data plus ``clients + SERVER_COPIES`` models."""
+        return self.data_bytes + self.model_bytes * (self.clients + SERVER_COPIES)
+
+    @property
+    def actor_bytes(self) -> int:
+        """One client worker: ``CLIENT_COPIES`` models, plus data in its own process."""
+        data = self.data_bytes if self.separate_processes else 0
+        return data + self.model_bytes * CLIENT_COPIES
+
+    @property
+    def total_bytes(self) -> int:
+        """Server plus every concurrent client worker."""
+        return self.server_bytes + self.actors * self.actor_bytes
+
+    def describe(self) -> str:
+        """The estimate and how it is made up, in one line."""
+        data_copies = 1 + (self.actors if self.separate_processes else 0)
+        return (
+            f"estimated memory {fmt_bytes(self.total_bytes)} = model "
+            f"{fmt_bytes(self.model_bytes)} * ({self.clients} client replies + "
+            f"{SERVER_COPIES} server copies + {CLIENT_COPIES} per client * {self.actors} "
+            f"concurrent client(s)) + data {fmt_bytes(self.data_bytes)} * {data_copies}"
+        )
+
+
+def fmt_bytes(n: float) -> str:
+    """Human-readable size in binary units, e.g. ``fmt_bytes(3 * 2**30) == '3.0 GiB'``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def model_bytes(scenario: Scenario, num_features: int, out_features: int) -> int:
+    """Bytes of the scenario's model, built on torch's ``meta`` device (nothing allocated).
+
+    Returns 0 for scenarios without a ``model:`` block (closed-form learners).
+    """
+    if scenario.model is None:
+        return 0
+    import torch
+
+    from flowerbed.platform import registry
+
+    with torch.device("meta"):
+        module = registry.build(
+            "model", scenario.model, in_features=num_features, out_features=out_features
+        )
+    tensors = [*module.parameters(), *module.buffers()]
+    return int(sum(t.numel() * t.element_size() for t in tensors))
+
+
+def concurrent_actors(scenario: Scenario, cpus: int | None = None) -> int:
+    """Clients that run at once here: Ray's pool size, 1 inline, 0 deployed (SuperNodes)."""
+    if scenario.engine.name == "inline":
+        return 1
+    if scenario.engine.name == "deployment":
+        return 0
+    cpus = cpus or scenario.engine.ray_num_cpus or os.cpu_count() or 1
+    per_client = scenario.engine.client_resources.num_cpus
+    return max(1, min(scenario.num_clients, math.floor(cpus / per_client)))
+
+
+def estimate_memory(scenario: Scenario, cpus: int | None = None) -> MemoryEstimate:
+    """Estimate a run's peak memory (loads the dataset, which the run reuses)."""
+    from flowerbed.data.federated import federated_data
+
+    dataset = federated_data(scenario).dataset
+    meta = dataset.meta
+    out = meta.num_classes if meta.task == "classification" else 1
+    arrays = (dataset.x_train, dataset.y_train, dataset.x_test, dataset.y_test)
+    return MemoryEstimate(
+        model_bytes=model_bytes(scenario, meta.num_features, out),
+        data_bytes=int(sum(a.nbytes for a in arrays)),
+        clients=scenario.num_clients,
+        actors=concurrent_actors(scenario, cpus),
+        separate_processes=scenario.engine.name == "simulation",
+    )
+
+
+def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """Bytes of memory available to new work (psutil, else ``/proc/meminfo``), or None."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        pass
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_memory(scenario: Scenario, available: int | None = None) -> MemoryEstimate | None:
+    """Raise :class:`ResourceLimitError` when the estimate exceeds available memory.
+
+    Parameters
+    ----------
+    scenario
+        The validated scenario about to run.
+    available
+        Bytes available (default: measured now).
+
+    Returns
+    -------
+    MemoryEstimate or None
+        The estimate, or ``None`` when the check is skipped (``SKIP_ENV=1``).
+    """
+    if os.environ.get(SKIP_ENV) == "1":
+        return None
+    estimate = estimate_memory(scenario)
+    available = available_memory() if available is None else available
+    log.debug("%s; available %s", estimate.describe(), available)
+    if available is not None and estimate.total_bytes > available:
+        raise ResourceLimitError(
+            f"{estimate.describe()}, more than the {fmt_bytes(available)} available; "
+            f"use a smaller model, fewer clients or fewer concurrent clients "
+            f"(engine.client_resources.num_cpus), or set {SKIP_ENV}=1 to run anyway"
+        )
+    return estimate

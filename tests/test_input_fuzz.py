@@ -1,0 +1,424 @@
+"""Property-based scenario input: every invalid scenario is one ``ScenarioError``, never a crash.
+
+Each test starts from fully resolved valid scenarios (every default spelt
+out, so every nesting level is reachable), breaks one thing, and checks that
+validation raises :class:`ScenarioError` with one single-line problem per
+issue, one of which names the broken field's YAML path. Validation only:
+nothing runs, so the ~800 generated cases take seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import string
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import annotated_types as at
+import pytest
+import yaml
+from conftest import tiny_scenario
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from flowerbed.platform import registry
+from flowerbed.platform.cli import main
+from flowerbed.platform.scenario import (
+    COMPONENT_FIELDS,
+    ScenarioError,
+    apply_overrides,
+    from_dict,
+    read_yaml,
+    validate_scenario,
+)
+
+Path_ = tuple[Any, ...]
+
+
+def fast(examples: int, *checks: HealthCheck) -> settings:
+    """Validation-only budget: ``examples`` cases, no deadline (the machine is shared)."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, *checks],
+    )
+
+
+#: Valid scenarios covering several strategies, learners, datasets and engines.
+BASES = [
+    tiny_scenario(),
+    tiny_scenario(
+        engine={"name": "simulation", "ray_num_cpus": 2, "client_resources": {"num_cpus": 0.5}},
+        learner={"name": "faulty_sgd", "fail_clients": [1], "fault": "nan"},
+        strategy={"name": "oneshot_average"},
+        baselines=["centralized", "local_only"],
+        clients={"availability": {"dropout": 0.2}},
+    ),
+    tiny_scenario(dataset={"name": "iris"}, partition={"name": "iid"}, model={"name": "linear"}),
+]
+
+
+@functools.cache
+def resolved() -> list[dict[str, Any]]:
+    """The base scenarios with every default filled in."""
+    return [from_dict(b).to_dict() for b in BASES]
+
+
+def yaml_path(path: Path_) -> str:
+    """``("model", "hidden", 0)`` -> ``model.hidden[0]`` (how problems name fields)."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def walk(node: Any, path: Path_ = ()) -> list[tuple[Path_, Any]]:
+    """Every (path, value) below ``node``, containers included, root excluded."""
+    found: list[tuple[Path_, Any]] = []
+    items = node.items() if isinstance(node, dict) else enumerate(node)
+    for key, value in items:
+        found.append(((*path, key), value))
+        if isinstance(value, (dict, list)) and value:
+            found.extend(walk(value, (*path, key)))
+    return found
+
+
+def get(data: Any, path: Path_) -> Any:
+    for part in path:
+        data = data[part]
+    return data
+
+
+def replaced(data: dict[str, Any], path: Path_, value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(data)
+    get(out, path[:-1])[path[-1]] = value
+    return out
+
+
+def field_info(scenario: BaseModel, path: Path_) -> Any:
+    """The pydantic ``FieldInfo`` behind a path of the validated scenario (None for items)."""
+    obj: Any = scenario
+    info = None
+    for part in path:
+        if isinstance(obj, BaseModel) and isinstance(part, str):
+            info = type(obj).model_fields[part]
+            obj = getattr(obj, part)
+        else:
+            info, obj = None, obj[part]
+    return info
+
+
+def assert_one_line_problems(data: Any, path: str) -> list[str]:
+    """Validation fails with single-line problems, one of which names ``path``."""
+    with pytest.raises(ScenarioError) as info:
+        validate_scenario(data)
+    found = info.value.problems
+    assert found, "a ScenarioError must list its problems"
+    assert all("\n" not in p and p for p in found), found
+    assert "Traceback" not in str(info.value)
+    assert any(path in p for p in found), (path, found)
+    return found
+
+
+# --- generated mutations ------------------------------------------------------------
+
+IDENT = st.from_regex(r"\A[a-z][a-z0-9_]{0,14}\Z")
+base_index = st.integers(0, len(BASES) - 1)
+
+
+def _wrong_values(value: Any) -> list[Any]:
+    """Values of a type the field cannot take, given the valid value it holds."""
+    if isinstance(value, bool):
+        return ["maybe", [1], {"bad": 1}]
+    if isinstance(value, (int, float)):
+        return ["abc", [1], {"bad": 1}, "1e"]
+    if isinstance(value, str):
+        return [[1, 2], {"bad": 1}]
+    if isinstance(value, list):
+        return ["abc", 7, {"bad": 1}] if value else [7, "abc"]
+    if isinstance(value, dict):
+        return [5, "", [1]] if "name" not in value else [5, [1]]
+    return [{"bad": [1]}]  # a None default: Optional[...] never takes a dict with this key
+
+
+@st.composite
+def wrong_type(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
+    data = resolved()[draw(base_index)]
+    path, value = draw(st.sampled_from(walk(data)))
+    return replaced(data, path, draw(st.sampled_from(_wrong_values(value)))), yaml_path(path)
+
+
+def _dict_paths(data: dict[str, Any]) -> list[Path_]:
+    return [(), *(p for p, v in walk(data) if isinstance(v, dict))]
+
+
+@st.composite
+def unknown_key(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
+    data = resolved()[draw(base_index)]
+    path = draw(st.sampled_from(_dict_paths(data)))
+    node = get(data, path)
+    key = draw(IDENT.filter(lambda k: k not in node))
+    out = copy.deepcopy(data)
+    get(out, path)[key] = draw(st.integers() | st.text(max_size=5))
+    return out, yaml_path((*path, key))
+
+
+def _component_paths(data: dict[str, Any]) -> list[Path_]:
+    paths: list[Path_] = [(f,) for f in COMPONENT_FIELDS if isinstance(data.get(f), dict)]
+    paths += [("baselines", i) for i in range(len(data["baselines"]))]
+    return [*paths, ("engine",)]
+
+
+@st.composite
+def unknown_name(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
+    data = resolved()[draw(base_index)]
+    path = draw(st.sampled_from(_component_paths(data)))
+    taken = {n for kind in registry.KINDS for n in registry.names(kind)}
+    bad = draw(
+        (IDENT | st.text(string.printable, min_size=1, max_size=12)).filter(
+            lambda n: n not in taken and n not in ("inline", "simulation", "deployment")
+        )
+    )
+    return replaced(data, (*path, "name"), bad), yaml_path((*path, "name"))
+
+
+@functools.cache
+def _required_paths(index: int) -> list[Path_]:
+    """Fields a scenario cannot omit: top-level ones, and the tag of multi-choice components.
+
+    A field the schema fills in before validating (``partition`` defaults to
+    ``iid``) is required by the model yet may be omitted, so each is tried.
+    """
+    data = resolved()[index]
+    model = type(from_dict(data))
+    top = [
+        (n,)
+        for n, f in model.model_fields.items()
+        if f.is_required() and n in data and _fails_without(data, n)
+    ]
+    tags = [
+        (*p, "name")
+        for p in _component_paths(data)
+        if p[0] != "engine" and len(registry.names(_kind(p[0]))) > 1
+    ]
+    return top + tags
+
+
+def _fails_without(data: dict[str, Any], key: str) -> bool:
+    try:
+        validate_scenario({k: v for k, v in data.items() if k != key})
+    except ScenarioError:
+        return True
+    return False
+
+
+def _kind(field: str) -> str:
+    return COMPONENT_FIELDS.get(field, "baseline")
+
+
+@st.composite
+def missing_field(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
+    index = draw(base_index)
+    data = resolved()[index]
+    path = draw(st.sampled_from(_required_paths(index)))
+    out = copy.deepcopy(data)
+    del get(out, path[:-1])[path[-1]]
+    # A missing component tag is reported on the component (``learner.name: missing``).
+    return out, yaml_path(path)
+
+
+@functools.cache
+def _bounded_leaves(index: int) -> list[tuple[Path_, Any]]:
+    """Numeric fields with bounds (``gt``, ``ge``, ``lt``, ``le``) and each bound."""
+    data = resolved()[index]
+    scenario = from_dict(data)
+    out = []
+    for path, value in walk(data):
+        info = field_info(scenario, path)
+        metadata = getattr(info, "metadata", [])
+        bounds = [m for m in metadata if isinstance(m, at.Gt | at.Ge | at.Lt | at.Le)]
+        if bounds and (value is None or isinstance(value, (int, float))):
+            out.extend((path, b) for b in bounds)
+    return out
+
+
+def _outside(bound: Any, step: float) -> float:
+    """A number violating ``bound`` by ``step`` (>= 0; strict bounds accept 0)."""
+    if isinstance(bound, at.Gt):
+        return bound.gt - step
+    if isinstance(bound, at.Ge):
+        return bound.ge - step - 1
+    if isinstance(bound, at.Lt):
+        return bound.lt + step
+    return bound.le + step + 1
+
+
+@st.composite
+def out_of_range(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
+    index = draw(base_index)
+    data = resolved()[index]
+    path, bound = draw(st.sampled_from(_bounded_leaves(index)))
+    value = _outside(bound, draw(st.integers(0, 10**6)))
+    return replaced(data, path, value), yaml_path(path)
+
+
+# --- the properties -------------------------------------------------------------------
+
+
+@fast(150)
+@given(wrong_type())
+def test_wrong_type_anywhere_names_the_field(case):
+    assert_one_line_problems(*case)
+
+
+@fast(120)
+@given(unknown_key())
+def test_unknown_key_at_any_level_names_the_key(case):
+    data, path = case
+    found = assert_one_line_problems(data, path)
+    assert any(p.startswith(f"{path}: unknown field") for p in found), found
+
+
+@fast(80)
+@given(unknown_name())
+def test_unknown_component_or_engine_name_is_named(case):
+    data, path = case
+    found = assert_one_line_problems(data, path)
+    assert any("unknown" in p or "not available" in p for p in found), found
+
+
+@fast(40)
+@given(missing_field())
+def test_missing_required_field_is_named(case):
+    data, path = case
+    found = assert_one_line_problems(data, path)
+    assert any("missing" in p for p in found), found
+
+
+@fast(120)
+@given(out_of_range())
+def test_out_of_range_value_is_named(case):
+    assert_one_line_problems(*case)
+
+
+@st.composite
+def several_wrong_types(draw: st.DrawFn) -> tuple[dict[str, Any], list[str]]:
+    """2-4 wrong-typed fields, each under a different top-level key (so none hides another)."""
+    data = resolved()[draw(base_index)]
+    leaves = walk(data)
+    tops = draw(
+        st.lists(
+            st.sampled_from(sorted({str(p[0]) for p, _ in leaves})),
+            min_size=2,
+            max_size=4,
+            unique=True,
+        )
+    )
+    out, paths = data, []
+    for top in tops:
+        path, value = draw(st.sampled_from([(p, v) for p, v in leaves if p[0] == top]))
+        out = replaced(out, path, draw(st.sampled_from(_wrong_values(value))))
+        paths.append(yaml_path(path))
+    return out, paths
+
+
+@fast(60)
+@given(several_wrong_types())
+def test_several_problems_are_all_reported(case):
+    """Problems in different places are all listed at once, each naming its field."""
+    data, paths = case
+    for path in paths:
+        assert_one_line_problems(data, path)
+
+
+# --- YAML text and files ----------------------------------------------------------------
+
+BREAKERS = ["key: [unclosed", "key: 'unterminated", "a: b: c", "{", "- item", "  : x", "]"]
+
+
+def _load(text: bytes) -> None:
+    """read_yaml + validate, as ``flowerbed validate`` does, on a throwaway file."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "s.yaml"
+        path.write_bytes(text)
+        validate_scenario(read_yaml(path), str(path))
+
+
+@fast(80)
+@given(base_index, st.sampled_from(BREAKERS), st.integers(0, 200))
+def test_malformed_yaml_is_one_error_naming_the_line(index, breaker, where):
+    lines = yaml.safe_dump(resolved()[index], sort_keys=False).splitlines()
+    at_line = where % (len(lines) + 1)
+    text = "\n".join([*lines[:at_line], breaker, *lines[at_line:]]) + "\n"
+    with pytest.raises(ScenarioError) as info:
+        _load(text.encode())
+    found = info.value.problems
+    assert all("\n" not in p for p in found)
+    assert any(p.startswith("line ") or ":" in p for p in found), found
+
+
+@fast(80)
+@given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_arbitrary_file_content_never_escapes_as_another_exception(blob):
+    """Bytes that are not UTF-8, not YAML, or not a mapping all end as ScenarioError."""
+    with pytest.raises(ScenarioError) as info:
+        _load(blob)
+    assert all("\n" not in p for p in info.value.problems)
+
+
+def test_deeply_nested_and_non_utf8_files_are_scenario_errors():
+    for blob, needle in [(b"[" * 1000, "nested too deeply"), (b"name: \xff\xfe\n", "not UTF-8")]:
+        with pytest.raises(ScenarioError, match=needle):
+            _load(blob)
+
+
+@fast(50)
+@given(
+    st.lists(IDENT, min_size=1, max_size=3).map(".".join),
+    st.sampled_from(["abc", "-1", "[1, 2]", "{a: 1}", "", "1e9"]),
+)
+def test_set_overrides_never_crash(key, value):
+    """``--set`` onto unknown or scalar paths is a ScenarioError or a valid scenario."""
+    try:
+        from_dict(apply_overrides(resolved()[0], [f"{key}={value}"]))
+    except ScenarioError as exc:
+        assert all("\n" not in p for p in exc.problems)
+        assert any(key.split(".")[0] in p for p in exc.problems), exc.problems
+
+
+# --- the CLI ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (yaml.safe_dump(tiny_scenario(rounds=0)), "rounds: "),
+        (yaml.safe_dump({**tiny_scenario(), "learner": {"name": "sgd", "lr": "x"}}), "learner.lr"),
+        (yaml.safe_dump(tiny_scenario(strategy="fedavgg")), "strategy.name: unknown"),
+        ("name: x\nlearner: [\n", "malformed YAML"),
+        ("- 1\n- 2\n", "must be a YAML mapping"),
+    ],
+)
+@pytest.mark.parametrize(("command", "status"), [("validate", 1), ("run", 2)])
+def test_cli_reports_bad_files_without_traceback(tmp_path, capsys, text, needle, command, status):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    assert main([command, str(path)]) == status
+    out = capsys.readouterr()
+    assert needle in out.err and "Traceback" not in out.err + out.out
+
+
+@fast(30, HealthCheck.function_scoped_fixture)
+@given(case=st.one_of(wrong_type(), unknown_key(), unknown_name(), out_of_range()))
+def test_cli_validate_on_generated_bad_files(capsys, case):
+    data, path = case
+    with tempfile.TemporaryDirectory() as folder:
+        file = Path(folder) / "bad.yaml"
+        file.write_text(yaml.safe_dump(data, sort_keys=False))
+        assert main(["validate", str(file)]) == 1
+    err = capsys.readouterr().err
+    assert path in err and "Traceback" not in err
