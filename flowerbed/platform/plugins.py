@@ -26,10 +26,12 @@ PLUGIN_MODULES = (
     "flowerbed.clients.self_distill_learner",
     "flowerbed.clients.fault_injection",
     "flowerbed.clients.fqr_learner",
+    "flowerbed.clients.slot_align_learner",
     # strategies
     "flowerbed.strategies.fedavg",
     "flowerbed.strategies.fqr",
     "flowerbed.strategies.oneshot_average",
+    "flowerbed.strategies.slot_align",
     # baselines
     "flowerbed.platform.baselines",
 )

@@ -8,7 +8,7 @@ from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, create_model
 
-KINDS = ("dataset", "partition", "model", "learner", "strategy", "baseline")
+KINDS = ("dataset", "partition", "model", "learner", "strategy", "baseline", "encoder")
 
 
 class Params(BaseModel):

@@ -112,12 +112,19 @@ def run_ray(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def quiet_flower() -> Iterator[None]:
-    """Keep Flower's per-round INFO lines out of the terminal (they go to run.log)."""
+    """Keep Flower's log lines out of the terminal (they all go to run.log).
+
+    Client failures still reach the terminal through flowerbed's own warnings,
+    named by partition id; Flower's console is left with errors only (its
+    deprecation notice for ``run_simulation`` is noise for our users).
+    """
     flwr_log = logging.getLogger("flwr")
     console = [h for h in flwr_log.handlers if not isinstance(h, logging.FileHandler)]
     levels = [h.level for h in console]
     for h in console:
-        h.setLevel(logging.WARNING)
+        h.setLevel(logging.ERROR)
+    # Ray warns on every start that a future release changes a GPU env default.
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     try:
         yield
     finally:
