@@ -20,6 +20,7 @@ PLUGIN_MODULES = (
     "flowerbed.data.har_data",
     "flowerbed.data.gaussian_mixture",
     "flowerbed.data.synthetic_ridge",
+    "flowerbed.data.frontier_tasks",
     # models and learners
     "flowerbed.clients.models",
     "flowerbed.clients.torch_learner",
@@ -27,11 +28,13 @@ PLUGIN_MODULES = (
     "flowerbed.clients.fault_injection",
     "flowerbed.clients.fqr_learner",
     "flowerbed.clients.slot_align_learner",
+    "flowerbed.clients.frontier_learner",
     # strategies
     "flowerbed.strategies.fedavg",
     "flowerbed.strategies.fqr",
     "flowerbed.strategies.oneshot_average",
     "flowerbed.strategies.slot_align",
+    "flowerbed.strategies.frontier",
     # baselines
     "flowerbed.platform.baselines",
 )
