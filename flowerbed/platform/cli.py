@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "flowerbed.platform.sweep",
     "flowerbed.platform.report",
     "flowerbed.platform.inspect",
+    "flowerbed.platform.deploy",
 )
 
 

@@ -70,7 +70,10 @@ def backend_config(scenario: Scenario) -> dict[str, Any]:
     """Ray settings: per-client resources and quiet logs."""
     res = scenario.engine.client_resources
     init_args: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
-    if scenario.engine.ray_num_cpus:
+    if scenario.engine.ray_num_cpus and os.environ.get("RAY_ADDRESS"):
+        # Ray refuses num_cpus when joining an existing cluster; the cluster decides.
+        log.warning("engine.ray_num_cpus is ignored: RAY_ADDRESS names an existing Ray cluster")
+    elif scenario.engine.ray_num_cpus:
         init_args["num_cpus"] = scenario.engine.ray_num_cpus
     return {
         "client_resources": {"num_cpus": res.num_cpus, "num_gpus": res.num_gpus},

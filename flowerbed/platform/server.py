@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from flwr.serverapp import Grid, ServerApp
 from flowerbed.platform import registry
 from flowerbed.platform.federation import Federation
 from flowerbed.platform.results import CLIENTS_FILE, Recorder, new_run_dir, versions
-from flowerbed.platform.scenario import Scenario, load_scenario
+from flowerbed.platform.scenario import Scenario, load_scenario, validate_scenario
 from flowerbed.strategies.base import ServerContext
 
 log = logging.getLogger("flowerbed")
@@ -123,17 +125,39 @@ def _app_path(path: str) -> Path:
 app = ServerApp()
 
 
+#: Prefix of the stdout line carrying the summary JSON (read back from ``flwr run --stream``).
+SUMMARY_MARKER = "flowerbed-summary: "
+
+
+def scenario_from_run_config(config: Mapping[str, Any]) -> Scenario:
+    """The resolved scenario in ``scenario-b64``, else the file ``scenario`` plus ``overrides``."""
+    encoded = str(config.get("scenario-b64", ""))
+    if encoded:
+        data = json.loads(base64.b64decode(encoded))
+        return validate_scenario(data, "run config scenario-b64")
+    overrides = [o.strip() for o in str(config.get("overrides", "")).split(";") if o.strip()]
+    return load_scenario(_app_path(str(config["scenario"])), overrides)
+
+
+def run_dir_from_run_config(config: Mapping[str, Any], scenario: Scenario) -> Path:
+    """The folder given as ``run-dir`` (made by the caller's runner), else a new one."""
+    given = str(config.get("run-dir", ""))
+    if given:
+        Path(given).mkdir(parents=True, exist_ok=True)
+        return Path(given)
+    return new_run_dir(scenario, str(config.get("output-dir", "")) or None)
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """ServerApp main for the Flower CLI (``[tool.flwr.app.config]`` names the scenario)."""
     config = context.run_config
-    overrides = [o.strip() for o in str(config.get("overrides", "")).split(";") if o.strip()]
-    scenario = load_scenario(_app_path(str(config["scenario"])), overrides)
-    output = str(config.get("output-dir", "")) or None
-    recorder = Recorder(scenario, new_run_dir(scenario, output))
+    scenario = scenario_from_run_config(config)
+    recorder = Recorder(scenario, run_dir_from_run_config(config, scenario))
     recorder.start()
     try:
         summary = serve(grid, scenario, recorder)
         log.warning("flowerbed: results in %s: %s", recorder.run_dir, summary["results"])
+        print(SUMMARY_MARKER + json.dumps(summary, default=str), flush=True)
     finally:
         recorder.close()
