@@ -29,6 +29,7 @@ PLUGIN_MODULES = (
     "flowerbed.clients.fqr_learner",
     "flowerbed.clients.slot_align_learner",
     "flowerbed.clients.frontier_learner",
+    "flowerbed.clients.pruned_learner",
     # strategies
     "flowerbed.strategies.fedavg",
     "flowerbed.strategies.fqr",
