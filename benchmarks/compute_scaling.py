@@ -1,6 +1,6 @@
 """Scaling laws of one-shot pruning and early exit: reconstructed theory vs simulation.
 
-Theory: shared/specs/methods_b.md §1 (reconstructed from the abstract of ICML 2026
+Theory: docs/methods/compute_reduction.md §1 (reconstructed from the abstract of ICML 2026
 poster 63550); code: flowerbed/algorithms/compute_theory.py. Three laws, each with
 a fitted rate printed next to the predicted one and a stated tolerance:
 

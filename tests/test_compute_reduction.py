@@ -1,5 +1,5 @@
 """Tests of one-shot magnitude pruning, the (reconstructed) compute-reduction theory and
-the pruned-upload learner ``sgd_pruned`` (shared/specs/methods_b.md §1.7)."""
+the pruned-upload learner ``sgd_pruned`` (docs/methods/compute_reduction.md §1.7)."""
 
 from __future__ import annotations
 

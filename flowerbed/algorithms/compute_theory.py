@@ -2,7 +2,7 @@
 
 Method: "Theoretical Guarantees for One-Shot Magnitude Pruning and Compute-Adaptive
 Early Exit" (ICML 2026 poster 63550, no arXiv, no code). Only the abstract could be
-read; every formula here is the RECONSTRUCTED model of shared/specs/methods_b.md §1:
+read; every formula here is the RECONSTRUCTED model of docs/methods/compute_reduction.md §1:
 
 * single neuron (§1.2): the pruned/full alignment ``rho_hat = ||w~|| / ||w||``
   concentrates at ``rho(kappa)`` with RMS error ``O(d^-1/2)``;

@@ -1,7 +1,7 @@
 """FQR client side: exact linear quantile regression and its asymptotic covariance.
 
 Local step of the one-shot federated quantile-regression ensemble ("FQR", ICML 2026;
-OpenReview 8dWiSr6G4q), as reconstructed in ``shared/specs/fl_methods.md`` §1.3:
+OpenReview 8dWiSr6G4q), as reconstructed in ``docs/methods/fqr.md`` §1.3:
 each agent fits linear QR (Koenker & Bassett, 1978) on its own feature columns at
 every quantile level, estimates the residual density at zero (Siddiqui difference
 quotient with the Hall & Sheather (1988) bandwidth; the spec's Gaussian kernel is an
@@ -18,6 +18,7 @@ Pure numpy/scipy: no Flower, no Ray.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import optimize, stats
@@ -146,7 +147,7 @@ class LocalFit:
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> LocalFit:
         """Inverse of :meth:`to_arrays`."""
-        vals = {k: np.asarray(arrays[k]) for k in FIT_ARRAYS}
+        vals: dict[str, Any] = {k: np.asarray(arrays[k]) for k in FIT_ARRAYS}
         vals["n"] = int(vals["n"].reshape(-1)[0])
         vals["features"] = vals["features"].astype(np.int64)
         return cls(**vals)  # type: ignore[arg-type]

@@ -2,7 +2,7 @@
 
 Method: "Hedging on the Frontier: Learning New Tasks with Few Samples" (Wegel, So,
 Di Gennaro, Yang; ICML 2026, arXiv 2605.30997), as reconstructed in
-``shared/specs/methods_c.md`` section 1. An evaluation matrix ``E`` (M models x K
+``docs/methods/frontier.md`` section 1. An evaluation matrix ``E`` (M models x K
 benchmarks) holds known benchmark risks. If a model is at least as good on every
 benchmark, it tends to be at least as good on a new task (weak monotonicity), so
 the search for the new task's best model can be restricted to the Pareto frontier

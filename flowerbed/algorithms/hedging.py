@@ -2,7 +2,7 @@
 
 Method: "Hedging on the Frontier: Learning New Tasks with Few Samples" (Wegel, So,
 Di Gennaro, Yang; ICML 2026, arXiv 2605.30997), reconstructed in
-``shared/specs/methods_c.md`` section 1 (algorithm B) from model-selection
+``docs/methods/frontier.md`` section 1 (algorithm B) from model-selection
 aggregation: Q-aggregation (Rigollet & Tsybakov 2012; Dai, Rigollet & Zhang 2012;
 Lecue & Rigollet 2014) and Gibbs posteriors with the PAC-Bayes bound (Catoni 2007).
 

@@ -2,7 +2,7 @@
 
 Method: the static "partial computation" regime of "Theoretical Guarantees for
 One-Shot Magnitude Pruning and Compute-Adaptive Early Exit" (ICML 2026 poster
-63550; reconstructed in shared/specs/methods_b.md §1). N:M follows the 2:4 pattern
+63550; reconstructed in docs/methods/compute_reduction.md §1). N:M follows the 2:4 pattern
 of Mishra et al., "Accelerating Sparse Deep Neural Networks", arXiv 2104.08378.
 
 Counting rule: sparsity ``s`` over ``n`` weights removes exactly ``ceil(s * n)``

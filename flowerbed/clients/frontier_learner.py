@@ -1,6 +1,6 @@
 """Frontier client: benchmark risks of candidate models, and hedging on a new client.
 
-Method: "Hedging on the Frontier" (arXiv 2605.30997; ``shared/specs/methods_c.md``
+Method: "Hedging on the Frontier" (arXiv 2605.30997; ``docs/methods/frontier.md``
 section 1); maths in ``flowerbed/algorithms/frontier.py`` and ``hedging.py``.
 A benchmark client answers ``query.frontier_risks`` with the Brier risk (and error)
 of every received model on all its rows: only these numbers leave it. The new

@@ -130,7 +130,8 @@ class SlotAlignLearner(Learner):
             taus=list(payload.config[TAUS]), a=a, b=b, lr=p.lr, momentum=p.momentum,
             weight_decay=p.weight_decay, batch_size=p.batch_size, loss=p.loss,
         )
-        mapped = z if a is None else transport(z, a, b, float(payload.config[TAU_EVAL]))
+        tau_eval = float(payload.config[TAU_EVAL])
+        mapped = z if a is None or b is None else transport(z, a, b, tau_eval)
         sums, counts = heads.class_sums(mapped, y, data.meta.num_classes)
         arrays = {HEAD_W: w, HEAD_C: c, PROTO_SUM: sums, PROTO_COUNT: counts}
         return Payload(arrays=arrays, num_examples=len(y))

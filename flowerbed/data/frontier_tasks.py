@@ -1,6 +1,6 @@
 """Benchmark clients with known corruptions, a newly joining client, and a server share.
 
-Data side of the weak-monotonicity experiment (``shared/specs/methods_c.md`` section 1,
+Data side of the weak-monotonicity experiment (``docs/methods/frontier.md`` section 1,
 "Hedging on the Frontier", arXiv 2605.30997). The ``frontier_benchmarks`` partition
 keeps ``pretrain_fraction`` of the training rows for no client (the server trains its
 candidate zoo on them), gives the last partition id (the new client) its own share,

@@ -1,7 +1,7 @@
 """Frontier selection: pick and hedge models for a newly joining client from benchmark risks.
 
 Method: "Hedging on the Frontier: Learning New Tasks with Few Samples" (arXiv
-2605.30997), reconstructed in ``shared/specs/methods_c.md`` section 1; maths in
+2605.30997), reconstructed in ``docs/methods/frontier.md`` section 1; maths in
 ``flowerbed/algorithms/frontier.py`` and ``hedging.py``. The server trains a
 candidate zoo on rows no client holds, the benchmark clients report each model's
 Brier risk on their (corrupted) data, and the server computes the Pareto frontier
@@ -58,7 +58,11 @@ class FrontierParams(Params):
 
 def server_rows(data: FederatedData) -> np.ndarray:
     """Training rows that no client holds (the server's pre-training split)."""
-    held = np.concatenate(data.partition.indices) if data.partition.indices else []
+    held = (
+        np.concatenate(data.partition.indices)
+        if data.partition.indices
+        else np.array([], dtype=np.int64)
+    )
     free = np.setdiff1d(np.arange(len(data.dataset.y_train)), held)
     if len(free) == 0:
         raise ValueError(

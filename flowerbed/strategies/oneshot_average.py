@@ -42,8 +42,8 @@ def weighted_average(arrays: list[Arrays], weights: list[float]) -> Arrays:
     if not arrays or total <= 0:
         raise ValueError("need at least one reply with a positive weight")
     return {
-        name: sum(
-            w * np.asarray(a[name], dtype=float) for a, w in zip(arrays, weights, strict=True)
+        name: np.asarray(
+            sum(w * np.asarray(a[name], dtype=float) for a, w in zip(arrays, weights, strict=True))
         )
         / total
         for name in arrays[0]

@@ -31,7 +31,7 @@ Pipeline = Literal["fedavg", "ensemble", "prototype"]
 class SlotAlignParams(Params):
     """Transport schedule, barycenter solver, pipelines and comparison rows."""
 
-    pipelines: tuple[Pipeline, ...] = Field(keys.PIPELINES, min_length=1)
+    pipelines: tuple[Pipeline, ...] = Field(keys.PIPELINES, min_length=1)  # type: ignore[arg-type]
     tau_mode: Literal["cosine", "fixed"] = "cosine"
     tau_min: float = Field(0.0, ge=0, le=1)
     tau_max: float = Field(0.4, ge=0, le=1)

@@ -121,8 +121,8 @@ def summary_rows(
         row: dict[str, Any] = {k: _fmt_value(group_value(first[label], k)) for k in keys}
         n = max(map(len, bucket.values()), default=0)
         row.update({"group": label, "source": source, "n": n})
-        for m, values in bucket.items():
-            mean, std = mean_std(values) if values else (math.nan, math.nan)
+        for m, samples in bucket.items():
+            mean, std = mean_std(samples) if samples else (math.nan, math.nan)
             row.update({f"{m} mean": mean, f"{m} std": std})
         rows.append(row)
     return rows

@@ -106,7 +106,8 @@ class SweepPlan:
 
 def _split_sets(overrides: Iterable[str]) -> tuple[list[str], list[str]]:
     """``--set`` values for the sweep block (``sweep.…``) and for the base scenario."""
-    sweep_sets, base_sets = [], []
+    sweep_sets: list[str] = []
+    base_sets: list[str] = []
     for text in overrides:
         (sweep_sets if text.strip().startswith("sweep.") else base_sets).append(text)
     return sweep_sets, base_sets
