@@ -1,0 +1,242 @@
+"""Overhead of flowerbed's simulation engine against a hand-written Flower app.
+
+Both arms run the quickstart-like FedAvg workload (the same digits partitions,
+the same one-hidden-layer MLP, SGD with momentum, the same initial weights and
+rounds) through ``flwr.simulation.run_simulation`` with identical Ray settings,
+alternating A B B A ... in one process. Rounds are timed inside the ServerApp,
+so Ray start-up (call to first client reply) is reported apart from the steady
+state. The first training round warms each worker (imports, data, torch) and is
+left out of the steady state.
+
+Run ``python benchmarks/overhead.py`` (full) or ``--quick`` (smoke).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import (
+    DATA_ENV,
+    Check,
+    SimRun,
+    TimedGrid,
+    backend_config,
+    load_avg,
+    median,
+    print_checks,
+    print_table,
+    save,
+    simulate,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = 1.10
+
+
+def scenario_for(clients: int, rounds: int) -> Any:
+    """Quickstart with N clients, R rounds, server evaluation only, no baselines."""
+    from flowerbed.platform.scenario import load_scenario
+
+    return load_scenario(
+        ROOT / "scenarios" / "quickstart.yaml",
+        [
+            f"num_clients={clients}",
+            f"rounds={rounds}",
+            "strategy.fraction_evaluate=0",
+            "baselines=[]",
+        ],
+    )
+
+
+def export_data(scenario: Any, folder: str) -> tuple[str, dict[str, np.ndarray]]:
+    """Write each client's training split for the raw app; return path and init weights."""
+    from flowerbed.data.federated import federated_data
+    from flowerbed.platform import registry
+    from flowerbed.platform.seeds import derive_seed
+
+    data = federated_data(scenario)
+    arrays: dict[str, np.ndarray] = {}
+    for pid in range(scenario.num_clients):
+        client = data.client(pid)
+        arrays[f"x{pid}"] = np.asarray(client.x_train, dtype=np.float32)
+        arrays[f"y{pid}"] = np.asarray(client.y_train, dtype=np.int64)
+    meta = data.dataset.meta
+    arrays["hidden"] = np.array(scenario.model.hidden[0])
+    arrays["num_classes"] = np.array(meta.num_classes)
+    path = os.path.join(folder, "clients.npz")
+    np.savez(path, **arrays)
+    learner = registry.build("learner", scenario.component("learner"), scenario=scenario)
+    init = learner.init_arrays(meta, derive_seed(scenario.seed, "init"))
+    return path, init
+
+
+def flowerbed_arm(scenario: Any) -> SimRun:
+    """flowerbed's ServerApp body (``serve``) and generic ClientApp under run_simulation."""
+    from flowerbed.platform.results import Recorder
+    from flowerbed.platform.runner import backend_config as fb_backend
+    from flowerbed.platform.runner import client_app
+    from flowerbed.platform.server import serve
+
+    def body(grid: TimedGrid) -> dict[str, Any]:
+        summary = serve(grid, scenario, Recorder(scenario, None))
+        return {"accuracy": summary["results"]["federated"].get("test/accuracy")}
+
+    return simulate("flowerbed", body, client_app(), scenario.num_clients, fb_backend(scenario))
+
+
+def raw_arm(scenario: Any, init: dict[str, np.ndarray]) -> SimRun:
+    """Flower's FedAvg with a hand-written ClientApp, the same work and settings."""
+    import raw_flower_app
+    import torch
+    from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord
+    from flwr.serverapp.strategy import FedAvg
+
+    from flowerbed.data.federated import federated_data
+
+    dataset = federated_data(scenario).dataset
+    x_test = torch.as_tensor(np.asarray(dataset.x_test, dtype=np.float32))
+    y_test = torch.as_tensor(np.asarray(dataset.y_test, dtype=np.int64))
+    lp = scenario.learner
+    hidden, classes = scenario.model.hidden[0], dataset.meta.num_classes
+    n = scenario.num_clients
+
+    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        del server_round
+        model = raw_flower_app.mlp(x_test.shape[1], hidden, classes)
+        model.load_state_dict(arrays.to_torch_state_dict())
+        model.eval()
+        with torch.no_grad():
+            out = model(x_test)
+            loss = float(torch.nn.functional.cross_entropy(out, y_test))
+            acc = float((out.argmax(dim=1) == y_test).float().mean())
+        return MetricRecord({"loss": loss, "accuracy": acc})
+
+    def body(grid: TimedGrid) -> dict[str, Any]:
+        torch.set_num_threads(1)  # as flowerbed's server does for num_cpus=1
+        strategy = FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_evaluate_nodes=0)
+        config = ConfigRecord(
+            {
+                "lr": lp.lr,
+                "momentum": lp.momentum,
+                "batch-size": lp.batch_size,
+                "local-epochs": lp.local_epochs,
+            }
+        )
+        result = strategy.start(
+            grid=grid,
+            initial_arrays=ArrayRecord({k: Array(v) for k, v in init.items()}),
+            num_rounds=scenario.rounds,
+            train_config=config,
+            evaluate_fn=evaluate,
+        )
+        final = result.evaluate_metrics_serverapp.get(scenario.rounds, {})
+        return {"accuracy": final.get("accuracy")}
+
+    return simulate("raw Flower", body, raw_flower_app.train_app, n, backend_config(1.0))
+
+
+def steady(run: SimRun, clients: int) -> dict[str, float]:
+    """Steady-state figures from the train phases after the first."""
+    trains = [p for p in run.phases if p.message_type.startswith("train")]
+    # A round runs from one train phase to the next: train, aggregation, server eval.
+    rounds = [b.start - a.start for a, b in itertools.pairwise(trains[1:])]
+    return {
+        "train_phase_ms_per_update": 1e3 * median(p.seconds for p in trains[1:]) / clients,
+        "round_ms_per_update": 1e3 * median(rounds) / clients,
+        "first_round_s": trains[0].seconds,
+        "startup_s": run.startup_s,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the alternating comparison and print the table and targets."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short smoke version")
+    parser.add_argument("--clients", type=int, default=None)
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--pairs", type=int, default=None, help="A/B pairs")
+    args = parser.parse_args(argv)
+    clients = args.clients or (10 if args.quick else 20)
+    rounds = args.rounds or (3 if args.quick else 6)
+    pairs = args.pairs or (1 if args.quick else 2)
+    scenario = scenario_for(clients, rounds)
+    rows, records = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        path, init = export_data(scenario, tmp)
+        os.environ[DATA_ENV] = path
+        order = []
+        for i in range(pairs):
+            order += ["flowerbed", "raw"] if i % 2 == 0 else ["raw", "flowerbed"]
+        for arm in order:
+            run = flowerbed_arm(scenario) if arm == "flowerbed" else raw_arm(scenario, init)
+            fig = steady(run, clients)
+            rec = {"arm": run.label, "load": run.load, **fig, **run.extra}
+            records.append(rec)
+            print(f"  {run.label}: {fig} load {run.load}", file=sys.stderr)
+    for rec in records:
+        rows.append(
+            [
+                rec["arm"],
+                rec["round_ms_per_update"],
+                rec["train_phase_ms_per_update"],
+                rec["first_round_s"],
+                rec["startup_s"],
+                rec.get("accuracy") or float("nan"),
+                rec["load"],
+            ]
+        )
+    print_table(
+        f"FedAvg quickstart workload: {clients} clients, {rounds} rounds, A/B alternated",
+        [
+            "arm",
+            "round ms/update",
+            "train-phase ms/update",
+            "1st round s",
+            "start-up s",
+            "accuracy",
+            "load 1m",
+        ],
+        rows,
+    )
+    fb = [r for r in records if r["arm"] == "flowerbed"]
+    raw = [r for r in records if r["arm"] == "raw Flower"]
+    ratio_round = median(r["round_ms_per_update"] for r in fb) / median(
+        r["round_ms_per_update"] for r in raw
+    )
+    ratio_train = median(r["train_phase_ms_per_update"] for r in fb) / median(
+        r["train_phase_ms_per_update"] for r in raw
+    )
+    startup = median(r["startup_s"] for r in fb) / median(r["startup_s"] for r in raw)
+    print_table(
+        "ratios flowerbed / raw Flower (medians over runs)",
+        ["figure", "ratio"],
+        [
+            ["round time per client update", ratio_round],
+            ["train phase per client update", ratio_train],
+            ["start-up (call to first reply)", startup],
+        ],
+    )
+    checks = [Check("overhead: flowerbed / raw Flower per client update", ratio_round, TARGET)]
+    print_checks(checks)
+    payload = {
+        "clients": clients,
+        "rounds": rounds,
+        "runs": records,
+        "ratio_round_per_update": ratio_round,
+        "ratio_train_phase_per_update": ratio_train,
+        "ratio_startup": startup,
+        "load_end": load_avg(),
+    }
+    save("overhead", args.quick, payload, checks)
+    return payload
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""Scale: one-shot FQR and FedAvg rounds with 10, 100 and 1,000 simulated clients.
+
+One ``run_simulation`` with the largest number of nodes serves every point
+(Ray start-up is paid once): after one ``query.setup`` to all nodes, each
+point runs flowerbed's ``serve`` on a view of the grid that lists only the
+nodes of partitions ``0..N-1``. Each point is a real scenario run:
+
+* one-shot: ``scenarios/fqr/synthetic.yaml`` with N clients, 40 training rows
+  each, the median only and no iterative baseline (the server-side pooled
+  oracle and per-client comparisons still run and are timed with the point);
+* FedAvg: an MLP on a Gaussian mixture, 40 training rows per client, one
+  local epoch, server evaluation every round.
+
+Peak memory is the summed RSS (and PSS) of the driver and every descendant
+(Ray GCS, raylet, workers), sampled by a thread. Ray gets 2 CPUs, one per
+client. Run ``python benchmarks/scale.py`` (full) or ``--quick``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    Check,
+    TimedGrid,
+    TreeMemory,
+    load_avg,
+    median,
+    print_checks,
+    print_table,
+    save,
+    simulate,
+)
+from flwr.app import Message
+from flwr.serverapp import Grid
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = 50  # rows per client before the 20% local test split
+ENGINE = ["engine.client_resources.num_cpus=1", "engine.ray_num_cpus=2"]
+
+
+class SubsetGrid(Grid):
+    """A grid that lists only some nodes; everything else is the wrapped grid's."""
+
+    def __init__(self, inner: TimedGrid, nodes: list[int]) -> None:
+        self.inner = inner
+        self.nodes = nodes
+
+    def set_run(self, run: Any) -> None:
+        self.inner.set_run(run)
+
+    @property
+    def run(self) -> Any:
+        return self.inner.run
+
+    def create_message(self, *args: Any, **kwargs: Any) -> Message:
+        return self.inner.create_message(*args, **kwargs)
+
+    def get_node_ids(self) -> list[int]:
+        """Only the nodes of this point."""
+        return list(self.nodes)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self.inner.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self.inner.pull_messages(message_ids)
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        return self.inner.send_and_receive(messages, timeout=timeout)
+
+
+def fqr_scenario(n: int) -> Any:
+    """The FQR one-shot scenario at N clients (median only, no iterative baseline)."""
+    from flowerbed.platform.scenario import load_scenario
+
+    return load_scenario(
+        ROOT / "scenarios" / "fqr" / "synthetic.yaml",
+        [
+            f"num_clients={n}",
+            f"dataset.n_train={ROWS * n}",
+            "dataset.n_test=2000",
+            "strategy.taus=[0.5]",
+            "strategy.iterative_rounds=0",
+            *ENGINE,
+        ],
+    )
+
+
+def fedavg_scenario(n: int, rounds: int) -> Any:
+    """FedAvg with an MLP on a Gaussian mixture, ``ROWS`` rows per client."""
+    from flowerbed.platform.scenario import from_dict
+
+    return from_dict(
+        {
+            "name": "scale_fedavg",
+            "seed": 0,
+            "num_clients": n,
+            "rounds": rounds,
+            "dataset": {"name": "gaussian_mixture", "n_train": ROWS * n, "n_test": 1000},
+            "partition": {"name": "iid"},
+            "model": {"name": "mlp", "hidden": [64]},
+            "learner": {"name": "sgd", "lr": 0.05, "batch_size": 16, "local_epochs": 1},
+            "strategy": {"name": "fedavg", "fraction_evaluate": 0.0},
+            "engine": {"name": "simulation"},
+        },
+        ENGINE,
+    )
+
+
+def run_points(grid: TimedGrid, sizes: list[int], rounds: int) -> dict[str, Any]:
+    """ServerApp body: discover partition ids once, then run every point."""
+    from flowerbed.platform.federation import Federation
+    from flowerbed.platform.results import Recorder
+    from flowerbed.platform.server import serve
+
+    largest = fedavg_scenario(max(sizes), rounds)
+    everyone = Federation(grid, largest, Recorder(largest, None))
+    everyone.connect()
+    points = []
+    for n in sizes:
+        view = SubsetGrid(grid, [everyone.node_of[p] for p in range(n)])
+        runs = (("one-shot FQR", fqr_scenario(n)), ("FedAvg", fedavg_scenario(n, rounds)))
+        for kind, scenario in runs:
+            first, start = len(grid.phases), time.perf_counter()
+            summary = serve(view, scenario, Recorder(scenario, None))
+            points.append(
+                {
+                    "clients": n,
+                    "kind": kind,
+                    "start": start,
+                    "end": time.perf_counter(),
+                    "phases": (first, len(grid.phases)),
+                    "load": load_avg(),
+                    "final": summary["results"]["federated"],
+                }
+            )
+            print(f"  done: {kind} at {n} clients, load {load_avg()}", file=sys.stderr)
+    return {"points": points}
+
+
+def figures(point: dict[str, Any], phases: list[Any], memory: TreeMemory) -> dict[str, Any]:
+    """Wall time per round, time per client update and peak memory of one point."""
+    n = point["clients"]
+    mine = phases[slice(*point["phases"])]
+    if point["kind"] == "FedAvg":
+        work = [p for p in mine if p.message_type.startswith("train")]
+        steady = work[1:] or work
+        starts = [p.start for p in work] + [point["end"]]
+        round_s = median(b - a for a, b in itertools.pairwise(starts[1:]))
+    else:
+        work = [p for p in mine if p.message_type.startswith("query.fqr")]
+        steady = work
+        round_s = point["end"] - work[0].start
+    phase_s = median(p.seconds for p in steady)
+    return {
+        "clients": n,
+        "kind": point["kind"],
+        "round_s": round_s,
+        "phase_s": phase_s,
+        "ms_per_update": 1e3 * phase_s / n,
+        "point_s": point["end"] - point["start"],
+        **memory.peak(point["start"], point["end"]),
+        "load": point["load"],
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run every point in one simulation and print the table and the targets."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="10 and 100 clients only")
+    parser.add_argument("--sizes", type=int, nargs="+", default=None)
+    parser.add_argument("--rounds", type=int, default=3, help="FedAvg rounds per point")
+    args = parser.parse_args(argv)
+    sizes = args.sizes or ([10, 100] if args.quick else [10, 100, 1000])
+    from flowerbed.platform.runner import backend_config, client_app
+
+    config = backend_config(fedavg_scenario(max(sizes), args.rounds))
+    with TreeMemory() as memory:
+        run = simulate(
+            "flowerbed",
+            lambda g: run_points(g, sizes, args.rounds),
+            client_app(),
+            max(sizes),
+            config,
+        )
+    rows = [figures(p, run.phases, memory) for p in run.extra["points"]]
+    overall = memory.peak()
+    print_table(
+        f"scale on 2 cores (one simulation, {max(sizes)} nodes; "
+        f"start-up {run.startup_s:.1f} s to first reply)",
+        [
+            "kind",
+            "clients",
+            "round s",
+            "client phase s",
+            "ms / client update",
+            "point s",
+            "peak RSS MiB",
+            "peak PSS MiB",
+            "procs",
+            "load 1m",
+        ],
+        [
+            [
+                r["kind"],
+                r["clients"],
+                r["round_s"],
+                r["phase_s"],
+                r["ms_per_update"],
+                r["point_s"],
+                r["rss_mib"],
+                r["pss_mib"],
+                r["processes"],
+                r["load"],
+            ]
+            for r in rows
+        ],
+    )
+    checks = [
+        Check(
+            f"scale: {max(sizes)} clients complete",
+            float(len(rows)),
+            2.0 * len(sizes),
+            unit="points",
+            higher_is_better=True,
+        ),
+        Check("scale: peak tree RSS", overall["rss_mib"] / 1024, 4.0, unit="GiB"),
+    ]
+    if 100 in sizes and 1000 in sizes:
+        for kind in ("one-shot FQR", "FedAvg"):
+            at = {r["clients"]: r["ms_per_update"] for r in rows if r["kind"] == kind}
+            checks.append(Check(f"scale: {kind} per update 1000 / 100", at[1000] / at[100], 1.5))
+    print_checks(checks)
+    payload = {
+        "sizes": sizes,
+        "rounds": args.rounds,
+        "startup_s": run.startup_s,
+        "points": rows,
+        "peak": overall,
+        "finals": [p["final"] for p in run.extra["points"]],
+        "load_end": load_avg(),
+    }
+    save("scale", args.quick, payload, checks)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
