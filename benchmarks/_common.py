@@ -29,7 +29,7 @@ DATA_ENV = "FLOWERBED_BENCH_DATA"
 
 
 def load_avg() -> float:
-    """One-minute load average (other engineers share the cores)."""
+    """One-minute load average (other jobs may share the cores)."""
     return round(os.getloadavg()[0], 2)
 
 

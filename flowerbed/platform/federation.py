@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flwr.app import Message
+from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp import Grid
 
 from flowerbed.data.availability import RoundAvailability, round_availability
@@ -127,7 +128,7 @@ class Federation:
         ]
         failures: list[str] = []
         for reply in self.grid.send_and_receive(messages, timeout=timeout):
-            node = reply.metadata.src_node_id
+            node = _sender(reply, messages)
             if reply.has_error():
                 failures.append(f"node {node}: {reply.error.reason}")
                 continue
@@ -202,7 +203,7 @@ class Federation:
         raw = self.grid.send_and_receive(
             messages, timeout=timeout or self.scenario.federation.timeout
         )
-        replies = self.sort_replies(raw, pids, expected_arrays)
+        replies = self.sort_replies(raw, pids, expected_arrays, sent=messages)
         _note_availability(replies, available)
         self.recorder.replies(message_type, server_round, replies)
         ensure_enough(
@@ -225,12 +226,22 @@ class Federation:
         return round_availability(params, self.scenario.seed, server_round, pids)
 
     def sort_replies(
-        self, raw: Iterable[Message], asked: list[int], expected: Arrays | None = None
+        self,
+        raw: Iterable[Message],
+        asked: list[int],
+        expected: Arrays | None = None,
+        sent: Iterable[Message] = (),
     ) -> Replies:
-        """Classify raw Flower replies by partition id, in partition-id order."""
+        """Classify raw Flower replies by partition id, in partition-id order.
+
+        ``sent`` (the messages asked) attributes the SuperLink's own error
+        replies, such as "node unavailable" for a dead SuperNode, to the
+        partition they were meant for.
+        """
         out = Replies()
+        sent = list(sent)
         for msg in raw:
-            pid = self.pid_of.get(msg.metadata.src_node_id)
+            pid = self.pid_of.get(_sender(msg, sent))
             if pid is None:
                 continue
             if msg.has_error():
@@ -246,6 +257,21 @@ class Federation:
         out.failed = dict(sorted(out.failed.items()))
         out.missing = [p for p in asked if p not in out.ok and p not in out.failed]
         return out
+
+
+def _sender(reply: Message, sent: Iterable[Message]) -> int:
+    """Node a reply stands for: its source node, or the node its question went to.
+
+    The SuperLink's own error replies (source node 1, e.g. "node unavailable"
+    once a dead SuperNode's heartbeat lapsed) are matched to the message they answer.
+    """
+    if reply.metadata.src_node_id != SUPERLINK_NODE_ID:
+        return int(reply.metadata.src_node_id)
+    to = reply.metadata.reply_to_message_id
+    for msg in sent:
+        if msg.metadata.message_id == to:
+            return int(msg.metadata.dst_node_id)
+    return int(reply.metadata.src_node_id)
 
 
 _FLOWER_REASON = re.compile(r"<class '(?:[\w.]*\.)?(\w+)'>:<'(.*)'>", re.DOTALL)
@@ -319,7 +345,7 @@ class FlowerGridView(Grid):
         on_time = set(available.on_time)
         messages = [m for m in messages if self.fed.pid_of[m.metadata.dst_node_id] in on_time]
         raw = list(self.fed.grid.send_and_receive(messages, timeout=timeout))
-        replies = self.fed.sort_replies(raw, asked, expected)
+        replies = self.fed.sort_replies(raw, asked, expected, sent=messages)
         _note_availability(replies, available)
         self.fed.recorder.replies(message_type, self.server_round, replies)
         ensure_enough(
@@ -329,6 +355,8 @@ class FlowerGridView(Grid):
             len(asked),
             self.fed.scenario.federation.min_replies,
         )
-        by_pid = {self.fed.pid_of[m.metadata.src_node_id]: m for m in raw}
+        by_pid = {
+            self.fed.pid_of[n]: m for m in raw if (n := _sender(m, messages)) in self.fed.pid_of
+        }
         keep = [p for p in sorted(by_pid) if p in replies.ok or by_pid[p].has_error()]
         return [by_pid[p] for p in keep]
