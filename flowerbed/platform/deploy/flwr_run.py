@@ -6,6 +6,7 @@ import base64
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -127,11 +128,25 @@ def run_on_superlink(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
         summary = collect(run_dir, lines, recorder)
     if summary is None:
         tail = "\n".join(deque(lines, maxlen=40))
+        error = server_error(lines)
+        cause = f"ServerApp failed with {error}; " if error else ""
         raise RuntimeError(
-            f"`flwr run` on connection {engine.connection!r} exited with code {code} "
+            f"{cause}`flwr run` on connection {engine.connection!r} exited with code {code} "
             f"without a flowerbed summary; last output:\n{tail}"
         )
     return summary
+
+
+_EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
+
+
+def server_error(lines: list[str]) -> str | None:
+    """``RoundFailedError: train round 2: ...``: the last exception in the streamed log."""
+    for line in reversed(lines):
+        match = _EXCEPTION_LINE.match(line)
+        if match:
+            return f"{match.group(1)}: {match.group(2).strip()}"
+    return None
 
 
 @contextmanager
