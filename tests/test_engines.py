@@ -138,3 +138,23 @@ def test_availability_profile_drops_clients_in_virtual_time():
         assert row["ok"] == len(expected.on_time)
         assert sorted(row["missing_clients"]) == sorted(expected.dropped)
     assert any(r["dropped_clients"] for r in rows)
+
+
+def test_sgd_learner_uses_cpu_unless_gpus_are_reserved_and_visible(monkeypatch):
+    import torch
+
+    from flowerbed.platform import registry
+    from flowerbed.platform.scenario import from_dict
+
+    def learner(num_gpus):
+        s = from_dict(
+            tiny_scenario(engine={"name": "inline", "client_resources": {"num_gpus": num_gpus}})
+        )
+        return registry.build("learner", s.learner, scenario=s)
+
+    assert learner(0).device().type == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert learner(0.5).device().type == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert learner(0.5).device().type == "cuda"
+    assert learner(0).device().type == "cpu"

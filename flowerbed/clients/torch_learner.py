@@ -50,11 +50,21 @@ class SGDLearner(SupervisedLearner):
         )
         return module
 
+    def device(self) -> torch.device:
+        """CUDA when the scenario reserves GPUs for clients and one is visible, else CPU.
+
+        Results on a GPU can differ in the last digits from CPU runs, and CUDA
+        kernels are not all deterministic: the bit-for-bit reproducibility
+        guarantee holds on CPU.
+        """
+        wants_gpu = self.scenario.engine.client_resources.num_gpus > 0
+        return torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
+
     def _load(self, meta: DatasetMeta, arrays: Arrays) -> nn.Module:
         model = self._build(meta)
         state = OrderedDict((k, torch.from_numpy(np.array(v))) for k, v in arrays.items())
         model.load_state_dict(state, strict=True)
-        return model
+        return model.to(self.device())
 
     @staticmethod
     def _arrays(model: nn.Module) -> Arrays:
@@ -98,13 +108,13 @@ class SGDLearner(SupervisedLearner):
         model = self._load(meta, arrays)
         model.train()
         opt, loss_fn = self._optimizer(model), self._loss(meta)
-        xt, yt = _tensors(x, y, meta)
+        xt, yt = _tensors(x, y, meta, self.device())
         gen = torch.Generator().manual_seed(seed)
         total, count = 0.0, 0
         for _ in range(epochs or self.p.local_epochs):
             order = torch.randperm(len(yt), generator=gen)
             for start in range(0, len(yt), self.p.batch_size):
-                idx = order[start : start + self.p.batch_size]
+                idx = order[start : start + self.p.batch_size].to(xt.device)
                 opt.zero_grad()
                 loss = loss_fn(_squeeze(model(xt[idx]), meta), yt[idx])
                 loss.backward()
@@ -119,7 +129,7 @@ class SGDLearner(SupervisedLearner):
         """Loss, plus accuracy for classification."""
         model = self._load(meta, arrays)
         model.eval()
-        xt, yt = _tensors(x, y, meta)
+        xt, yt = _tensors(x, y, meta, self.device())
         with torch.no_grad():
             out = _squeeze(model(xt), meta)
             metrics = {"loss": float(self._loss(meta)(out, yt))}
@@ -128,11 +138,12 @@ class SGDLearner(SupervisedLearner):
         return metrics
 
 
-def _tensors(x: np.ndarray, y: np.ndarray, meta: DatasetMeta) -> tuple[torch.Tensor, torch.Tensor]:
-    xt = torch.as_tensor(np.asarray(x, dtype=np.float32))
-    if meta.task == "classification":
-        return xt, torch.as_tensor(np.asarray(y, dtype=np.int64))
-    return xt, torch.as_tensor(np.asarray(y, dtype=np.float32))
+def _tensors(
+    x: np.ndarray, y: np.ndarray, meta: DatasetMeta, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    xt = torch.as_tensor(np.asarray(x, dtype=np.float32), device=device)
+    dtype = np.int64 if meta.task == "classification" else np.float32
+    return xt, torch.as_tensor(np.asarray(y, dtype=dtype), device=device)
 
 
 def _squeeze(out: torch.Tensor, meta: DatasetMeta) -> torch.Tensor:
