@@ -21,6 +21,8 @@ from typing import Any
 from flwr.app import Message
 from flwr.serverapp import Grid
 
+from flowerbed.platform.grids import DelegatingGrid
+
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results" / "platform"
 
@@ -50,7 +52,7 @@ class Phase:
         return self.end - self.start
 
 
-class TimedGrid(Grid):
+class TimedGrid(DelegatingGrid):
     """A ``Grid`` that delegates to another and times every phase.
 
     The first ``send_and_receive`` polls every 10 ms (instead of Flower's
@@ -59,27 +61,8 @@ class TimedGrid(Grid):
     """
 
     def __init__(self, inner: Grid) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.phases: list[Phase] = []
-
-    def set_run(self, run: Any) -> None:
-        self.inner.set_run(run)
-
-    @property
-    def run(self) -> Any:
-        return self.inner.run
-
-    def create_message(self, *args: Any, **kwargs: Any) -> Message:
-        return self.inner.create_message(*args, **kwargs)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return self.inner.get_node_ids()
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        return self.inner.push_messages(messages)
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        return self.inner.pull_messages(message_ids)
 
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None

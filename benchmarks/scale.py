@@ -22,7 +22,6 @@ import argparse
 import itertools
 import sys
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -37,45 +36,25 @@ from _common import (
     save,
     simulate,
 )
-from flwr.app import Message
-from flwr.serverapp import Grid
+
+from flowerbed.platform.grids import DelegatingGrid
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = 50  # rows per client before the 20% local test split
 ENGINE = ["engine.client_resources.num_cpus=1", "engine.ray_num_cpus=2"]
 
 
-class SubsetGrid(Grid):
+class SubsetGrid(DelegatingGrid):
     """A grid that lists only some nodes; everything else is the wrapped grid's."""
 
     def __init__(self, inner: TimedGrid, nodes: list[int]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.nodes = nodes
-
-    def set_run(self, run: Any) -> None:
-        self.inner.set_run(run)
-
-    @property
-    def run(self) -> Any:
-        return self.inner.run
-
-    def create_message(self, *args: Any, **kwargs: Any) -> Message:
-        return self.inner.create_message(*args, **kwargs)
 
     def get_node_ids(self) -> list[int]:
         """Only the nodes of this point."""
         return list(self.nodes)
 
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        return self.inner.push_messages(messages)
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        return self.inner.pull_messages(message_ids)
-
-    def send_and_receive(
-        self, messages: Iterable[Message], *, timeout: float | None = None
-    ) -> Iterable[Message]:
-        return self.inner.send_and_receive(messages, timeout=timeout)
 
 
 def fqr_scenario(n: int) -> Any:

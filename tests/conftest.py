@@ -29,6 +29,21 @@ def tiny_scenario(**changes: Any) -> dict[str, Any]:
     return base
 
 
+def tiny_sweep_scenario(**changes: Any) -> dict[str, Any]:
+    """A 2-client, 1-round inline FedAvg scenario for sweep and report tests."""
+    small: dict[str, Any] = {
+        "num_clients": 2,
+        "rounds": 1,
+        "seed": 0,
+        "partition": {"name": "iid"},
+        "model": {"name": "mlp", "hidden": [8]},
+        "learner": {"name": "sgd", "local_epochs": 1},
+        "engine": "inline",
+        "baselines": [],
+    }
+    return tiny_scenario(**{**small, **changes})
+
+
 @pytest.fixture
 def tiny() -> dict[str, Any]:
     return tiny_scenario()

@@ -10,23 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import tiny_sweep_scenario
 
 from flowerbed.platform import report as rp
 from flowerbed.platform import sweep as sw
 from flowerbed.platform.cli import main
 
-TINY = {
-    "name": "tiny",
-    "num_clients": 2,
-    "rounds": 1,
-    "dataset": {"name": "digits"},
-    "partition": {"name": "iid"},
-    "model": {"name": "mlp", "hidden": [8]},
-    "learner": {"name": "sgd", "local_epochs": 1},
-    "strategy": {"name": "fedavg"},
-    "engine": "inline",
-    "baselines": ["centralized"],
-}
+TINY = tiny_sweep_scenario(baselines=["centralized"])
 
 
 def tiny(**sweep: object) -> dict:

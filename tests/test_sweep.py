@@ -7,23 +7,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import tiny_sweep_scenario
 
 from flowerbed.platform import runner
 from flowerbed.platform import sweep as sw
 from flowerbed.platform.cli import main
 from flowerbed.platform.scenario import ScenarioError
 
-TINY = {
-    "name": "tiny",
-    "num_clients": 2,
-    "rounds": 1,
-    "dataset": {"name": "digits"},
-    "partition": {"name": "iid"},
-    "model": {"name": "mlp", "hidden": [8]},
-    "learner": {"name": "sgd", "local_epochs": 1},
-    "strategy": {"name": "fedavg"},
-    "engine": "inline",
-}
+TINY = tiny_sweep_scenario()
 
 
 def tiny(**sweep: object) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 
-from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.app import ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
 from flowerbed.clients.learner import Learner, TaskContext
@@ -99,4 +99,4 @@ def build_client_app() -> ClientApp:
 
 app = build_client_app()
 
-__all__ = ["RecordDict", "app", "handle"]
+__all__ = ["app", "handle"]

@@ -7,7 +7,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import Message
@@ -16,6 +16,7 @@ from flwr.serverapp import Grid
 
 from flowerbed.data.availability import RoundAvailability, round_availability
 from flowerbed.platform import keys
+from flowerbed.platform.grids import DelegatingGrid
 from flowerbed.platform.messages import Arrays, Payload, check_reply
 from flowerbed.platform.seeds import derive_seed
 
@@ -295,7 +296,7 @@ def _note_availability(replies: Replies, available: RoundAvailability) -> None:
     replies.virtual_time = float(available.round_time)
 
 
-class FlowerGridView(Grid):
+class FlowerGridView(DelegatingGrid):
     """A ``Grid`` for Flower's own strategies that keeps flowerbed's guarantees.
 
     Node ids are listed in partition-id order (so Flower's sampling, seeded by
@@ -305,28 +306,13 @@ class FlowerGridView(Grid):
     """
 
     def __init__(self, federation: Federation) -> None:
+        super().__init__(federation.grid)
         self.fed = federation
         self.server_round = 0
-
-    def set_run(self, run: Any) -> None:  # noqa: D102 - delegated
-        self.fed.grid.set_run(run)
-
-    @property
-    def run(self) -> Any:  # noqa: D102 - delegated
-        return self.fed.grid.run
-
-    def create_message(self, *args: Any, **kwargs: Any) -> Message:  # noqa: D102 - delegated
-        return self.fed.grid.create_message(*args, **kwargs)
 
     def get_node_ids(self) -> list[int]:
         """Node ids of the connected partitions, in partition-id order."""
         return [self.fed.node_of[p] for p in self.fed.partition_ids]
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:  # noqa: D102
-        return self.fed.grid.push_messages(messages)
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:  # noqa: D102
-        return self.fed.grid.pull_messages(message_ids)
 
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
