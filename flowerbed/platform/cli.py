@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "flowerbed.platform.report",
     "flowerbed.platform.inspect",
     "flowerbed.platform.deploy",
+    "flowerbed.platform.pretrain",
 )
 
 

@@ -8,7 +8,9 @@ from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, create_model
 
-KINDS = ("dataset", "partition", "model", "learner", "strategy", "baseline", "encoder")
+KINDS = (
+    "dataset", "partition", "model", "learner", "strategy", "baseline", "encoder", "vlm",
+)
 
 
 class Params(BaseModel):
