@@ -62,7 +62,7 @@ class VisionLanguageModel:
         raise NotImplementedError
 
     def prompt_text_features(self, context: Any, class_names: Sequence[str]) -> Any:
-        """``(C, dim)`` unit-norm text features of "[context] [class name]." (torch, differentiable)."""
+        """``(C, dim)`` unit-norm features of "[context] [class name]." (torch, differentiable)."""
         raise NotImplementedError
 
     def class_text_features(
