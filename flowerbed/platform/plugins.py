@@ -23,6 +23,8 @@ PLUGIN_MODULES = (
     "flowerbed.data.frontier_tasks",
     # models and learners
     "flowerbed.clients.models",
+    "flowerbed.clients.vlm_two_tower",
+    "flowerbed.clients.vlm_open_clip",
     "flowerbed.clients.torch_learner",
     "flowerbed.clients.self_distill_learner",
     "flowerbed.clients.fault_injection",
@@ -30,6 +32,7 @@ PLUGIN_MODULES = (
     "flowerbed.clients.slot_align_learner",
     "flowerbed.clients.frontier_learner",
     "flowerbed.clients.pruned_learner",
+    "flowerbed.clients.early_exit",
     # strategies
     "flowerbed.strategies.fedavg",
     "flowerbed.strategies.fqr",

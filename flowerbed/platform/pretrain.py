@@ -27,7 +27,9 @@ from flowerbed.platform.registry import Params
 logger = logging.getLogger("flowerbed.pretrain")
 
 #: Target name -> module defining ``PRETRAIN_TARGET`` (imported only when used).
-TARGET_MODULES: dict[str, str] = {}
+TARGET_MODULES: dict[str, str] = {
+    "two_tower": "flowerbed.clients.vlm_two_tower",
+}
 
 
 @dataclass(frozen=True)
