@@ -2,16 +2,20 @@
 
 Method: "Theoretical Guarantees for One-Shot Magnitude Pruning and Compute-Adaptive
 Early Exit" (ICML 2026 poster 63550, no arXiv, no code). Only the abstract could be
-read; every formula here is the RECONSTRUCTED model of docs/methods/compute_reduction.md §1:
+read; every formula here is the RECONSTRUCTED model of docs/methods/compute_reduction.md:
 
-* single neuron (§1.2): the pruned/full alignment ``rho_hat = ||w~|| / ||w||``
+* single neuron: the pruned/full alignment ``rho_hat = ||w~|| / ||w||``
   concentrates at ``rho(kappa)`` with RMS error ``O(d^-1/2)``;
-* conditional perceptron (§1.3): exit on ``|u| > tau`` with ``sign(u)``, else
+* conditional perceptron: exit on ``|u| > tau`` with ``sign(u)``, else
   ``sign(v)``; excess error ``E ~ g^(1/(1-rho^2))`` in the compute gap ``g``;
-* deep ReLU nets (§1.4): ``c_l = rho * K(c_{l-1})`` with the arc-cosine map ``K``.
-
-The frozen-backbone NNGP early-exit frontier (§1.4, last part) is not here: the
-spec itself measures its alignment empirically, so it adds no closed form.
+* deep ReLU nets: ``c_l = rho * K(c_{l-1})`` with the arc-cosine map ``K``;
+* frozen-backbone early exit (NNGP model): an exit head at relative depth
+  ``l/L`` whose output has alignment ``rho_l`` with the final score trades mean
+  compute ``1 - g (1 - l/L)`` against excess error ``E(tau(g), rho_l)``.
+  ``rho_l`` is an input (measured on a probe set), not derived from the
+  cross-layer NNGP kernel;
+* a multi-class cascade exit rule (confidence or logit margin) that reduces to
+  the conditional perceptron for two classes.
 
 Examples
 --------
@@ -22,6 +26,9 @@ Examples
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 from scipy import integrate, optimize, stats
@@ -38,7 +45,7 @@ FIXED_POINT_A = 2.0 * np.sqrt(2.0) / (3.0 * np.pi)
 def rho_limit(kappa: float | np.ndarray) -> np.ndarray:
     """Limit alignment ``rho(kappa)`` for N(0,1) weights kept at ratio ``kappa``.
 
-    ``rho^2 = kappa + 2 t phi(t)`` with ``t = Phi^-1(1 - kappa/2)`` (spec §1.2).
+    ``rho^2 = kappa + 2 t phi(t)`` with ``t = Phi^-1(1 - kappa/2)`` .
     """
     k = np.asarray(kappa, dtype=float)
     t = stats.norm.isf(k / 2.0)
@@ -157,3 +164,93 @@ def simulate_depth(
         out[layer] = float(np.mean(cos))
         h_full, h_pruned = np.maximum(z, 0.0), np.maximum(zp, 0.0)
     return out
+
+
+# --- frozen-backbone early exit and multi-class exits -----------------------------
+
+
+def gap_threshold(gap: float | np.ndarray) -> np.ndarray:
+    """Inverse of :func:`compute_gap`: the ``tau`` at which a fraction ``gap`` exits."""
+    return np.asarray(stats.norm.isf(np.asarray(gap, dtype=float) / 2.0))
+
+
+def exit_tradeoff(
+    rho: float, exit_cost: float, taus: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Predicted compute-accuracy curve of one exit head on a frozen backbone.
+
+    Parameters
+    ----------
+    rho
+        Alignment (correlation) of the standardised head output with the final score.
+    exit_cost
+        Compute of an exited input relative to the full pass (``l / L`` for a head
+        after layer ``l`` of ``L``; the head itself is neglected).
+    taus
+        Exit thresholds.
+
+    Returns
+    -------
+    tuple of ndarray
+        ``(gap g, mean compute 1 - g (1 - exit_cost), excess error E)`` per ``tau``;
+        ``E ~ g^(1/(1-rho^2))`` in the tail.
+    """
+    taus = np.asarray(taus, dtype=float)
+    gap = compute_gap(taus)
+    err = np.array([excess_error(float(t), rho) for t in taus])
+    return gap, 1.0 - gap * (1.0 - exit_cost), err
+
+
+def local_exponent(rho: float, tau_lo: float, tau_hi: float) -> float:
+    """Slope of ``log E`` against ``log g`` between two thresholds (exact quadrature)."""
+    e = np.log([excess_error(tau_lo, rho), excess_error(tau_hi, rho)])
+    g = np.log(compute_gap(np.array([tau_lo, tau_hi])))
+    return float((e[1] - e[0]) / (g[1] - g[0]))
+
+
+def cascade_exit(
+    logits: Sequence[np.ndarray],
+    threshold: float,
+    rule: Literal["confidence", "margin"] = "confidence",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Multi-exit inference: each input leaves at the first head confident enough.
+
+    Parameters
+    ----------
+    logits
+        ``(n, classes)`` logits per exit, shallowest first; the last is the full
+        model and always answers what is left.
+    threshold
+        Exit when the score is strictly above it: the top softmax probability
+        (``confidence``; 1 or more means no early exit) or the gap between the
+        two largest logits (``margin``; ``inf`` means no early exit).
+    rule
+        ``confidence`` or ``margin``.
+
+    Returns
+    -------
+    tuple of ndarray
+        ``(predicted class, index of the exit used)``. With two classes, logits
+        ``(0, u)`` and ``margin``, this is :func:`conditional_perceptron` with the
+        partial score ``u`` (class 1 for ``sign u = +1``).
+    """
+    if not logits:
+        raise ValueError("cascade_exit needs at least one exit")
+    n = len(logits[0])
+    pred = np.asarray(logits[-1]).argmax(1)
+    used = np.full(n, len(logits) - 1)
+    open_ = np.ones(n, dtype=bool)
+    for k, z in enumerate(logits[:-1]):
+        z = np.asarray(z, dtype=float)
+        if rule == "confidence":
+            p = np.exp(z - z.max(1, keepdims=True))
+            score = p.max(1) / p.sum(1)
+        elif rule == "margin":
+            top2 = np.sort(z, axis=1)[:, -2:]
+            score = top2[:, 1] - top2[:, 0]
+        else:
+            raise ValueError(f"unknown exit rule {rule!r}; known: confidence, margin")
+        leave = open_ & (score > threshold)
+        pred[leave], used[leave] = z[leave].argmax(1), k
+        open_ &= ~leave
+    return pred, used

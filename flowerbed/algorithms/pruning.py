@@ -2,7 +2,7 @@
 
 Method: the static "partial computation" regime of "Theoretical Guarantees for
 One-Shot Magnitude Pruning and Compute-Adaptive Early Exit" (ICML 2026 poster
-63550; reconstructed in docs/methods/compute_reduction.md §1). N:M follows the 2:4 pattern
+63550; reconstructed in docs/methods/compute_reduction.md). N:M follows the 2:4 pattern
 of Mishra et al., "Accelerating Sparse Deep Neural Networks", arXiv 2104.08378.
 
 Counting rule: sparsity ``s`` over ``n`` weights removes exactly ``ceil(s * n)``
@@ -65,9 +65,20 @@ def removal_order(values: np.ndarray) -> np.ndarray:
 
 
 def unstructured_mask(values: np.ndarray, sparsity: float) -> np.ndarray:
-    """Boolean keep-mask (same shape) removing exactly ``ceil(s * n)`` smallest |v|."""
-    keep = np.ones(values.size, dtype=bool)
-    keep[removal_order(values)[: num_removed(sparsity, values.size)]] = False
+    """Boolean keep-mask (same shape) removing exactly ``ceil(s * n)`` smallest |v|.
+
+    When the k-th and (k+1)-th smallest magnitudes differ, the removed set is
+    unique and found in O(n) with a partial sort; otherwise (a tie straddles the
+    cut) the full tie-breaking order of :func:`removal_order` decides.
+    """
+    flat = np.abs(np.ravel(values))
+    k = num_removed(sparsity, flat.size)
+    if 0 < k < flat.size:
+        lo, hi = np.partition(flat, (k - 1, k))[[k - 1, k]]
+        if lo < hi:
+            return (flat > lo).reshape(np.shape(values))
+    keep = np.ones(flat.size, dtype=bool)
+    keep[removal_order(values)[:k]] = False
     return keep.reshape(np.shape(values))
 
 

@@ -2,7 +2,7 @@
 
 Method: the pruning half of "Theoretical Guarantees for One-Shot Magnitude Pruning
 and Compute-Adaptive Early Exit" (ICML 2026 poster 63550; reconstructed in
-docs/methods/compute_reduction.md §1.6), applied to the update as in sparsified FedAvg
+docs/methods/compute_reduction.md), applied to the update as in sparsified FedAvg
 uploads; maths in :mod:`flowerbed.algorithms.pruning`. The client trains like
 ``sgd``, prunes ``delta = local - global`` and replies ``global + pruned delta``,
 so FedAvg receives the names, shapes and dtypes it sent and averages as usual.
