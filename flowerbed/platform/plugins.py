@@ -21,6 +21,7 @@ PLUGIN_MODULES = (
     "flowerbed.data.gaussian_mixture",
     "flowerbed.data.synthetic_ridge",
     "flowerbed.data.frontier_tasks",
+    "flowerbed.data.sequence_tasks",
     # models and learners
     "flowerbed.clients.models",
     "flowerbed.clients.vlm_two_tower",
@@ -33,6 +34,7 @@ PLUGIN_MODULES = (
     "flowerbed.clients.frontier_learner",
     "flowerbed.clients.pruned_learner",
     "flowerbed.clients.early_exit",
+    "flowerbed.clients.sequence_models",
     # strategies
     "flowerbed.strategies.fedavg",
     "flowerbed.strategies.fqr",
