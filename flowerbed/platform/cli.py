@@ -89,13 +89,16 @@ def read_yaml_raw(path: str) -> Any:
         return None
 
 
-def summary_table(summary: dict[str, Any], keys: Sequence[str]) -> Table:
-    """Federated vs baselines, one row per source, the scenario's summary metrics as columns."""
+def summary_table(summary: dict[str, Any], full: dict[str, str]) -> Table:
+    """Federated vs baselines, one row per source, the scenario's summary metrics as columns.
+
+    ``full`` maps each column name to its metric key (``MetricsConfig.summary_keys``).
+    """
     results: dict[str, dict[str, float]] = summary["results"]
-    present = [k for k in keys if any(f"test/{k}" in m for m in results.values())]
+    present = [k for k in full if any(full[k] in m for m in results.values())]
     table = Table("", *present, title=f"{summary['scenario']} (seed {summary['seed']})")
     for source, metrics in results.items():
-        cells = [f"{metrics[f'test/{k}']:.4f}" if f"test/{k}" in metrics else "-" for k in present]
+        cells = [f"{metrics[full[k]]:.4f}" if full[k] in metrics else "-" for k in present]
         table.add_row(source, *cells)
     return table
 
@@ -119,7 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
     console = Console()
     console.print()
-    console.print(summary_table(result.summary, scenario.metrics.summary))
+    console.print(summary_table(result.summary, scenario.metrics.summary_keys()))
     console.print(f"wall time {result.summary['wall_time_s']:.1f} s · results in {result.run_dir}")
     return 0
 

@@ -22,6 +22,7 @@ PLUGIN_MODULES = (
     "flowerbed.data.synthetic_ridge",
     "flowerbed.data.frontier_tasks",
     "flowerbed.data.sequence_tasks",
+    "flowerbed.data.mi_synthetic",
     # models and learners
     "flowerbed.clients.models",
     "flowerbed.clients.vlm_two_tower",
@@ -35,12 +36,14 @@ PLUGIN_MODULES = (
     "flowerbed.clients.pruned_learner",
     "flowerbed.clients.early_exit",
     "flowerbed.clients.sequence_models",
+    "flowerbed.clients.infoatlas_learner",
     # strategies
     "flowerbed.strategies.fedavg",
     "flowerbed.strategies.fqr",
     "flowerbed.strategies.oneshot_average",
     "flowerbed.strategies.slot_align",
     "flowerbed.strategies.frontier",
+    "flowerbed.strategies.infoatlas",
     # baselines
     "flowerbed.platform.baselines",
 )

@@ -29,6 +29,7 @@ logger = logging.getLogger("flowerbed.pretrain")
 #: Target name -> module defining ``PRETRAIN_TARGET`` (imported only when used).
 TARGET_MODULES: dict[str, str] = {
     "two_tower": "flowerbed.clients.vlm_two_tower",
+    "infoatlas": "flowerbed.clients.infoatlas_model",
 }
 
 

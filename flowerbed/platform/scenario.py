@@ -89,6 +89,10 @@ class MetricsConfig(Params):
     summary: tuple[str, ...] = ("accuracy", "loss")
     eval_every: int = Field(1, ge=1)
 
+    def summary_keys(self) -> dict[str, str]:
+        """Each summary name -> its metric key: a bare name is ``test/<name>``."""
+        return {k: k if "/" in k else f"test/{k}" for k in self.summary}
+
 
 class ScenarioBase(Params):
     """Fields every scenario has; component fields are added by :func:`scenario_model`."""

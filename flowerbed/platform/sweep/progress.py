@@ -63,5 +63,5 @@ class SweepProgress:
 def _headline(summary: dict[str, Any], scenario: Scenario) -> str:
     """``accuracy=0.9312 loss=0.2100``: the federated test metrics the scenario summarises."""
     federated = summary.get("results", {}).get("federated", {})
-    keys = [k for k in scenario.metrics.summary if f"test/{k}" in federated]
-    return " ".join(f"{k}={federated[f'test/{k}']:.4f}" for k in keys)
+    keys = scenario.metrics.summary_keys()
+    return " ".join(f"{k}={federated[m]:.4f}" for k, m in keys.items() if m in federated)

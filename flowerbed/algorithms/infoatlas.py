@@ -1,0 +1,640 @@
+"""InfoAtlas: amortized mutual-information estimation in one forward pass (arXiv 2606.00241).
+
+A set network reads the N samples ``(x_i, y_i)`` of a dataset and emits the weights of
+a critic ``T(x, y)``; the estimate is the Donsker-Varadhan bound evaluated with that
+critic, ``Î = mean_i T(x_i, y_i) - mean_r log mean_i exp T(x_i, y_{π_r(i)})``. Trained
+once on synthetic episodes by maximising the bound, it then estimates MI for any new
+dataset without per-dataset optimisation.
+
+CPU-sized version (what is faithful and what is reconstructed is in
+``docs/methods/infoatlas.md``):
+
+1. Preprocessing (faithful in intent): exact rank-Gaussian copula per column (the
+   paper's soft rank, made exact), then per-side ZCA whitening with eigenvalue floor
+   1e-3, as the paper does for some checkpoints, then a per-side rotation to the
+   sample's canonical (CCA) coordinates so pair ``k`` of X and Y carries the ``k``-th
+   canonical correlation (an invertible per-side linear map, so MI is unchanged).
+   Columns are zero-padded to ``max_dim`` per side. Rows are put in a canonical
+   order (lexicographic on the rank matrix) before anything else, so the estimate is
+   bit-for-bit invariant to the order of the samples, and exactly invariant to
+   strictly increasing marginal transforms.
+2. Encoder: Set Transformer (ISAB blocks with inducing points, then PMA pooling) over
+   per-sample tokens; no positional encoding, so it is permutation invariant.
+3. Hypernetwork: MLP from the pooled code plus ``(log n, dx, dy)`` to a residual on
+   shared base weights of the critic, a 2-layer ReLU MLP on ``[x, x², y, y²]`` plus a
+   per-canonical-pair Gaussian log-density-ratio term parametrised by a generated
+   correlation ``rho_k`` (reconstructed: lets a tiny net represent the optimal
+   critic of the Gaussian family exactly).
+4. Objective: maximise DV. Reconstructed deviation: the critic generated from one
+   half of an episode is scored on the other half (fresh samples from the same
+   distribution), so the network is not rewarded for over-fitting its critic to the
+   sample; estimation by default cross-fits the same way (two halves, one forward).
+5. Synthetic episodes (reconstructed; the paper's generator is withheld): Gaussian
+   with random canonical correlations, Gaussian mixtures, functional dependence
+   ``y = f(x) + noise``, discrete/count/mixed families, label-like categorical y
+   with class-dependent Gaussian x (mean and/or spread), each seen through random
+   monotone marginal maps and per-side rotations; 15% are made independent by
+   shuffling y.
+6. Beyond ``max_dim``: k-sliced MI (average over random unit-norm projections).
+
+Pure numpy/scipy/torch; no Flower, no Ray.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from scipy import special, stats
+from torch import nn
+
+from flowerbed.algorithms.mi_reference import (
+    correlated_gaussian,
+    correlation_for_mi,
+    gaussian_mi_from_correlations,
+    monotone_map,
+    random_rotation,
+)
+
+WHITEN_FLOOR = 1e-3
+RHO_MAX = 0.999
+N_SCALE = math.log(5000.0)
+
+
+# --------------------------------------------------------------------------- preprocessing
+@dataclass(frozen=True)
+class Prepared:
+    """One dataset in canonical form: ``z`` ``(n, 2 max_dim)`` = [x padded, y padded]."""
+
+    z: np.ndarray
+    dx: int
+    dy: int
+
+    @property
+    def n(self) -> int:
+        """Number of samples."""
+        return int(self.z.shape[0])
+
+
+def _as_2d(a: np.ndarray, name: str) -> np.ndarray:
+    arr = np.asarray(a, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be (n,) or (n, d), got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return arr
+
+
+def _whiten(g: np.ndarray) -> np.ndarray:
+    g = g - g.mean(axis=0)
+    vals, vecs = np.linalg.eigh(g.T @ g / len(g))
+    return np.asarray(g @ ((vecs / np.sqrt(np.maximum(vals, WHITEN_FLOOR))) @ vecs.T))
+
+
+def average_ranks(a: np.ndarray) -> np.ndarray:
+    """Column-wise ranks 1..n, ties given their average rank (``scipy.stats.rankdata``)."""
+    t = np.ascontiguousarray(a.T)
+    n = t.shape[1]
+    order = np.argsort(t, axis=1)
+    s = np.take_along_axis(t, order, axis=1)
+    idx = np.broadcast_to(np.arange(n), t.shape)
+    change = np.ones(t.shape, dtype=bool)
+    change[:, 1:] = s[:, 1:] != s[:, :-1]
+    first = np.maximum.accumulate(np.where(change, idx, 0), axis=1)
+    ends = np.ones(t.shape, dtype=bool)
+    ends[:, :-1] = change[:, 1:]
+    last = np.minimum.accumulate(np.where(ends, idx, n - 1)[:, ::-1], axis=1)[:, ::-1]
+    ranks = np.empty(t.shape)
+    np.put_along_axis(ranks, order, (first + last) / 2 + 1, axis=1)
+    return ranks.T
+
+
+def canonical_order(ranks: np.ndarray) -> np.ndarray:
+    """Row order that depends only on the set of rows: sort by a fixed random hash.
+
+    The hash ``Σ_j ranks_ij w_j`` (fixed weights in [1, 2), summed per row in a
+    fixed order) is equal for two rows only if they are equal, almost surely.
+    """
+    w = 1 + np.random.default_rng(20260600).random(ranks.shape[1])
+    return np.argsort((ranks * w).sum(axis=1), kind="stable")
+
+
+def prepare(x: np.ndarray, y: np.ndarray, max_dim: int) -> Prepared:
+    """Copula, whitening and canonical rotation of one dataset (see module docstring)."""
+    x, y = _as_2d(x, "x"), _as_2d(y, "y")
+    n, dx, dy = len(x), x.shape[1], y.shape[1]
+    if len(y) != n:
+        raise ValueError(f"x and y must have the same number of rows, got {n} and {len(y)}")
+    if n < 4:
+        raise ValueError(f"need at least 4 samples to estimate MI, got {n}")
+    if max(dx, dy) > max_dim:
+        raise ValueError(f"dims ({dx}, {dy}) exceed max_dim={max_dim}; use sliced_mi")
+    ranks = average_ranks(np.hstack([x, y]))
+    ranks = ranks[canonical_order(ranks)]
+    # van der Waerden scores Φ^{-1}(r / (n + 1)); tied ranks are half-integers
+    g = special.ndtri(np.arange(1, 2 * n + 2) / (2 * (n + 1)))[(2 * ranks).astype(np.int64) - 1]
+    xw, yw = _whiten(g[:, :dx]), _whiten(g[:, dx:])
+    u, _, vt = np.linalg.svd(xw.T @ yw / n)
+    z = np.zeros((n, 2 * max_dim))
+    z[:, :dx] = xw @ u
+    z[:, max_dim : max_dim + dy] = yw @ vt.T
+    return Prepared(z, dx, dy)
+
+
+# --------------------------------------------------------------------------- network
+@dataclass(frozen=True)
+class NetConfig:
+    """Sizes of the CPU InfoAtlas network."""
+
+    max_dim: int = 16
+    width: int = 64
+    heads: int = 4
+    inducing: int = 16
+    blocks: int = 2
+    seeds: int = 4
+    hyper_hidden: int = 256
+    critic_hidden: int = 32
+    negatives: int = 8
+
+
+class _MAB(nn.Module):
+    """Set Transformer multihead attention block: ``LN(h + FF(h))``, ``h = LN(q + Att(q, kv))``."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.att = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.ff = nn.Sequential(nn.Linear(dim, 2 * dim), nn.ReLU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        h = self.ln1(q + self.att(q, kv, kv, need_weights=False)[0])
+        return self.ln2(h + self.ff(h))  # type: ignore[no-any-return]
+
+
+class _ISAB(nn.Module):
+    def __init__(self, dim: int, heads: int, inducing: int) -> None:
+        super().__init__()
+        self.points = nn.Parameter(torch.randn(inducing, dim) / math.sqrt(dim))
+        self.mab1, self.mab2 = _MAB(dim, heads), _MAB(dim, heads)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.mab1(self.points.expand(len(x), -1, -1), x)
+        return self.mab2(x, h)  # type: ignore[no-any-return]
+
+
+class InfoAtlasNet(nn.Module):
+    """Set encoder + hypernetwork emitting one critic per dataset.
+
+    ``forward(z, context)`` maps prepared samples ``(B, n, 2D)`` and context
+    ``(B, 3)`` to flat critic parameters ``(B, P)``; :meth:`critic` scores pairs
+    with them. The output depends on the samples only as a set.
+    """
+
+    def __init__(self, cfg: NetConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        d, h, w = cfg.max_dim, cfg.critic_hidden, cfg.width
+        self.embed = nn.Sequential(nn.Linear(5 * d, w), nn.ReLU(), nn.Linear(w, w))
+        self.blocks = nn.ModuleList(_ISAB(w, cfg.heads, cfg.inducing) for _ in range(cfg.blocks))
+        self.pool_seeds = nn.Parameter(torch.randn(cfg.seeds, w) / math.sqrt(w))
+        self.pool = _MAB(w, cfg.heads)
+        self.shapes = {"w1": (4 * d, h), "b1": (h,), "w2": (h,), "rho": (d,)}
+        self.sizes = [math.prod(s) for s in self.shapes.values()]
+        self.hyper = nn.Sequential(
+            nn.Linear(cfg.seeds * w + 3, cfg.hyper_hidden),
+            nn.ReLU(),
+            nn.Linear(cfg.hyper_hidden, cfg.hyper_hidden),
+            nn.ReLU(),
+            nn.Linear(cfg.hyper_hidden, sum(self.sizes)),
+        )
+        last = self.hyper[-1]
+        assert isinstance(last, nn.Linear)
+        nn.init.normal_(last.weight, std=1e-2)
+        nn.init.zeros_(last.bias)
+        base = [torch.randn(4 * d, h) * 0.5, torch.randn(h) * 0.5, torch.randn(h) * 0.1]
+        self.base = nn.Parameter(torch.cat([b.flatten() for b in base] + [torch.zeros(d)]))
+
+    def features(self, z: torch.Tensor) -> torch.Tensor:
+        """Per-sample token features ``[x, y, x*y, x², y²]`` over canonical pairs."""
+        d = self.cfg.max_dim
+        x, y = z[..., :d], z[..., d:]
+        return torch.cat([x, y, x * y, x * x, y * y], dim=-1)
+
+    def forward(self, z: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        """Critic parameters ``(B, P)`` for prepared samples ``z`` ``(B, n, 2D)``."""
+        h = self.embed(self.features(z))
+        for block in self.blocks:
+            h = block(h)
+        pooled = self.pool(self.pool_seeds.expand(len(h), -1, -1), h).flatten(1)
+        return self.base + self.hyper(torch.cat([pooled, context], dim=1))
+
+    def unpack(self, params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``(w1, b1, w2, rho)`` with shapes ``(B, 4D, H), (B, H), (B, H), (B, D)``."""
+        w1, b1, w2, rho_raw = torch.split(params, self.sizes, dim=1)
+        w1 = w1.reshape(len(params), 4 * self.cfg.max_dim, -1)
+        return w1, b1, w2, RHO_MAX * torch.tanh(rho_raw)
+
+    def critic(self, params: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """``T(x, y)`` for pairs ``z`` ``(B, m, 2D)`` with per-dataset ``params`` ``(B, P)``.
+
+        ``T = w2 · relu(W1 [x, x², y, y²] + b1) + Σ_k log N2(x_k, y_k; rho_k) / (N(x_k) N(y_k))``.
+        """
+        return self.scores(params, z, None)
+
+    def scores(
+        self, params: torch.Tensor, z: torch.Tensor, perms: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Critic on ``(x_i, y_i)`` ``(B, n)``, or on ``(x_i, y_{π_r(i)})`` ``(B, K, n)``.
+
+        The first layer is applied to x and y separately and the permuted pairs
+        only gather rows, so K negatives cost about as much as one pass.
+        """
+        d = self.cfg.max_dim
+        w1, b1, w2, rho = self.unpack(params)
+        x, y = z[..., :d], z[..., d:]
+        hx = torch.bmm(torch.cat([x, x * x], -1), w1[:, : 2 * d]) + b1[:, None]
+        hy = torch.bmm(torch.cat([y, y * y], -1), w1[:, 2 * d :])
+        one = 1 - rho**2
+        const = -0.5 * torch.log(one).sum(-1)[:, None]
+        a, c = (rho**2 / (2 * one))[:, None], (rho / one)[:, None]
+        qx, qy = (a * x * x).sum(-1), (a * y * y).sum(-1)
+        if perms is None:
+            mlp = (torch.relu(hx + hy) * w2[:, None]).sum(-1)
+            return mlp + const - qx - qy + (c * x * y).sum(-1)
+        hyp, yp = hy[:, perms], y[:, perms]
+        mlp = (torch.relu(hx[:, None] + hyp) * w2[:, None, None]).sum(-1)
+        cross = (c[:, None] * x[:, None] * yp).sum(-1)
+        return mlp + const[:, None] - qx[:, None] - qy[:, perms] + cross
+
+
+def context_of(n: int, dx: int, dy: int, max_dim: int) -> list[float]:
+    """Global inputs of the hypernetwork: ``log n`` (scaled), ``dx / D``, ``dy / D``."""
+    return [math.log(n) / N_SCALE, dx / max_dim, dy / max_dim]
+
+
+def dv_bound(
+    net: InfoAtlasNet, params: torch.Tensor, z: torch.Tensor, perms: torch.Tensor
+) -> torch.Tensor:
+    """Donsker-Varadhan bound ``(B,)`` of samples ``z`` ``(B, n, 2D)``.
+
+    ``perms`` ``(K, n)`` re-pair y with x to draw product-of-marginals samples.
+    """
+    joint = net.scores(params, z, None).mean(dim=1)
+    t = net.scores(params, z, perms)
+    return joint - (torch.logsumexp(t, dim=-1) - math.log(z.shape[1])).mean(dim=1)
+
+
+# --------------------------------------------------------------------------- estimation
+def _halves(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.random.default_rng(seed).permutation(n)
+    return np.sort(order[: n // 2]), np.sort(order[n // 2 : 2 * (n // 2)])
+
+
+def estimate_prepared(
+    net: InfoAtlasNet, batch: Sequence[Prepared], *, crossfit: bool = True, seed: int = 0
+) -> np.ndarray:
+    """MI estimates (nats) for prepared datasets of equal size, in one forward pass.
+
+    ``crossfit``: the critic built from one half of the (canonically ordered)
+    samples is scored on the other half and vice versa (the training objective);
+    otherwise the critic is built from and scored on all samples (the paper).
+    """
+    n = batch[0].n
+    if any(p.n != n for p in batch):
+        raise ValueError("estimate_prepared needs datasets of equal size; use estimate_many")
+    cfg = net.cfg
+    z = torch.as_tensor(np.stack([p.z for p in batch]), dtype=torch.float32)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        if not crossfit:
+            ctx = torch.tensor([context_of(n, p.dx, p.dy, cfg.max_dim) for p in batch])
+            perms = torch.stack([torch.randperm(n, generator=gen) for _ in range(cfg.negatives)])
+            return dv_bound(net, net(z, ctx), z, perms).numpy().astype(np.float64)
+        a, b = _halves(n, seed)
+        m = len(a)
+        ctx = torch.tensor([context_of(m, p.dx, p.dy, cfg.max_dim) for p in batch] * 2)
+        build = torch.cat([z[:, a], z[:, b]])
+        score = torch.cat([z[:, b], z[:, a]])
+        perms = torch.stack([torch.randperm(m, generator=gen) for _ in range(cfg.negatives)])
+        est = dv_bound(net, net(build, ctx), score, perms).numpy().astype(np.float64)
+        return np.asarray((est[: len(batch)] + est[len(batch) :]) / 2)
+
+
+def estimate_many(
+    net: InfoAtlasNet,
+    pairs: Sequence[tuple[np.ndarray, np.ndarray]],
+    *,
+    crossfit: bool = True,
+    seed: int = 0,
+) -> np.ndarray:
+    """MI estimates for many ``(x, y)`` pairs; equal sample sizes share one forward pass."""
+    prepared = [prepare(x, y, net.cfg.max_dim) for x, y in pairs]
+    out = np.empty(len(prepared))
+    for n in sorted({p.n for p in prepared}):
+        idx = [i for i, p in enumerate(prepared) if p.n == n]
+        out[idx] = estimate_prepared(net, [prepared[i] for i in idx], crossfit=crossfit, seed=seed)
+    return out
+
+
+def sliced_mi(
+    net: InfoAtlasNet,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    k: int | None = None,
+    num_projections: int = 64,
+    seed: int = 0,
+    crossfit: bool = True,
+) -> float:
+    """k-sliced MI: mean estimate over random unit-norm projections of X and Y to k dims.
+
+    Sliced MI is a different (smaller) quantity than I(X; Y); it is what the
+    paper uses above ``max_dim``. With ``k >= dim`` a side is not projected.
+    """
+    x, y = _as_2d(x, "x"), _as_2d(y, "y")
+    k = net.cfg.max_dim if k is None else min(k, net.cfg.max_dim)
+    gen = np.random.default_rng(seed)
+
+    def project(a: np.ndarray) -> np.ndarray:
+        if a.shape[1] <= k:
+            return a
+        p = gen.standard_normal((a.shape[1], k))
+        return a @ (p / np.linalg.norm(p, axis=0))
+
+    pairs = [(project(x), project(y)) for _ in range(num_projections)]
+    return float(np.mean(estimate_many(net, pairs, crossfit=crossfit, seed=seed)))
+
+
+def estimate(
+    net: InfoAtlasNet, x: np.ndarray, y: np.ndarray, *, crossfit: bool = True, seed: int = 0
+) -> float:
+    """MI estimate in nats of one dataset; sliced MI when a side exceeds ``max_dim``."""
+    x, y = _as_2d(x, "x"), _as_2d(y, "y")
+    if max(x.shape[1], y.shape[1]) > net.cfg.max_dim:
+        return sliced_mi(net, x, y, crossfit=crossfit, seed=seed)
+    return float(estimate_many(net, [(x, y)], crossfit=crossfit, seed=seed)[0])
+
+
+# --------------------------------------------------------------------------- federated use
+def aggregate(
+    estimates: Sequence[np.ndarray],
+    features: Sequence[np.ndarray],
+    weights: Sequence[float],
+    d: int,
+) -> np.ndarray:
+    """Weighted mean per global feature of client estimates over the clients that hold it.
+
+    Client ``m`` sent ``estimates[m][j]`` for global feature ``features[m][j]``;
+    features nobody holds get NaN.
+
+    Examples
+    --------
+    >>> aggregate([np.array([1.0, 2.0]), np.array([3.0])], [np.array([0, 1]), np.array([0])],
+    ...           [1.0, 3.0], 3).tolist()
+    [2.5, 2.0, nan]
+    """
+    total, mass = np.zeros(d), np.zeros(d)
+    for est, cols, w in zip(estimates, features, weights, strict=True):
+        np.add.at(total, np.asarray(cols, dtype=np.int64), w * np.asarray(est, dtype=np.float64))
+        np.add.at(mass, np.asarray(cols, dtype=np.int64), w)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(mass > 0, total / np.where(mass > 0, mass, 1.0), np.nan)
+
+
+def ranking(scores: np.ndarray) -> np.ndarray:
+    """Feature indices by decreasing score (NaN last; ties by index)."""
+    s = np.where(np.isnan(scores), -np.inf, scores)
+    return np.asarray(np.argsort(-s, kind="stable"))
+
+
+# --------------------------------------------------------------------------- episodes
+EPISODE_FAMILIES = ("gaussian", "mixture", "functional", "discrete", "conditional")
+
+
+def _gaussian(n: int, dx: int, dy: int, gen: np.random.Generator) -> tuple[np.ndarray, ...]:
+    r = int(gen.integers(1, min(dx, dy) + 1))
+    total = gen.uniform(0.0, 3.5)
+    rhos = correlation_for_mi(total * gen.dirichlet(np.ones(r)))
+    return correlated_gaussian(n, dx, dy, rhos, gen)
+
+
+def _mixture(n: int, dx: int, dy: int, gen: np.random.Generator) -> tuple[np.ndarray, ...]:
+    d, k = dx + dy, int(gen.integers(2, 7))
+    means = gen.normal(0, gen.uniform(0.5, 3.0), (k, d))
+    comp = gen.integers(0, k, n)
+    out = np.empty((n, d))
+    for c in range(k):
+        a = gen.standard_normal((d, d)) / math.sqrt(d)
+        rows = comp == c
+        out[rows] = means[c] + gen.standard_normal((int(rows.sum()), d)) @ (a + 0.3 * np.eye(d))
+    return out[:, :dx], out[:, dx:]
+
+
+def _functional(n: int, dx: int, dy: int, gen: np.random.Generator) -> tuple[np.ndarray, ...]:
+    x = gen.standard_normal((n, dx)) if gen.random() < 0.5 else gen.uniform(-2, 2, (n, dx))
+    a = gen.standard_normal((dx, dy)) / math.sqrt(dx)
+    u = x @ a
+    kind = gen.integers(4)
+    if kind == 0:
+        w1, w2 = gen.standard_normal((dy, 16)), gen.standard_normal((16, dy)) / 4
+        f = np.tanh(u @ w1) @ w2
+    elif kind == 1:
+        f = np.sin(gen.uniform(0.5, 3.0) * u)
+    elif kind == 2:
+        f = u + gen.uniform(-1, 1) * u**2 + gen.uniform(-0.3, 0.3) * u**3
+    else:
+        f = np.abs(u) if gen.random() < 0.5 else np.exp(-(u**2))
+    f = f / (f.std(axis=0) + 1e-9)
+    noise = math.exp(gen.uniform(math.log(0.05), math.log(3.0)))
+    return x, f + noise * gen.standard_normal((n, dy))
+
+
+def _discrete(n: int, dx: int, dy: int, gen: np.random.Generator) -> tuple[np.ndarray, ...]:
+    kind = gen.integers(4)
+    d = min(dx, dy)
+    x = gen.standard_normal((n, dx))
+    y = gen.standard_normal((n, dy))
+    if kind == 0:  # correlated Bernoulli
+        q = gen.uniform(0.5, 1.0, d)
+        x[:, :d] = gen.integers(0, 2, (n, d))
+        y[:, :d] = np.where(gen.random((n, d)) < q, x[:, :d], 1 - x[:, :d])
+    elif kind == 1:  # shared Poisson component
+        u = gen.poisson(gen.uniform(0.2, 5.0, d), (n, d))
+        x[:, :d] = u + gen.poisson(gen.uniform(0.2, 5.0, d), (n, d))
+        y[:, :d] = u + gen.poisson(gen.uniform(0.2, 5.0, d), (n, d))
+    elif kind == 2:  # categorical copied with prob q, else uniform
+        c = int(gen.integers(2, 10))
+        x[:, :d] = gen.integers(0, c, (n, d))
+        keep = gen.random((n, d)) < gen.uniform(0.0, 1.0)
+        y[:, :d] = np.where(keep, x[:, :d], gen.integers(0, c, (n, d)))
+    else:  # mixed: continuous x, quantised noisy y
+        levels = int(gen.integers(2, 8))
+        y[:, :d] = np.floor(levels * stats.norm.cdf(x[:, :d] + gen.uniform(0.1, 2.0) * y[:, :d]))
+    return x, y
+
+
+def _conditional(n: int, dx: int, dy: int, gen: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """A label-like side: y categorical, x | y Gaussian with class-dependent mean and/or sd."""
+    c = int(gen.integers(2, 7))
+    labels = gen.integers(0, c, n)
+    mean = gen.normal(0, gen.uniform(0, 1.5), (c, dx)) * (gen.random(dx) < 0.7)
+    log_sd = gen.normal(0, gen.uniform(0, 0.8), (c, dx)) * (gen.random(dx) < 0.5)
+    x = mean[labels] + np.exp(log_sd[labels]) * gen.standard_normal((n, dx))
+    y = gen.standard_normal((n, dy))
+    y[:, 0] = labels
+    if dy > 1 and gen.random() < 0.5:
+        y[:, 1:] += gen.normal(0, 1, (c, dy - 1))[labels]
+    if dx == dy and gen.random() < 0.5:
+        return y, x
+    return x, y
+
+
+_SAMPLERS: dict[str, Callable[..., tuple[np.ndarray, ...]]] = {
+    "conditional": _conditional,
+    "gaussian": _gaussian,
+    "mixture": _mixture,
+    "functional": _functional,
+    "discrete": _discrete,
+}
+
+
+def episode(
+    n: int, dx: int, dy: int, gen: np.random.Generator, family: str | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """One synthetic training dataset, seen through random MI-preserving maps per side."""
+    name = family or str(gen.choice(EPISODE_FAMILIES))
+    x, y = _SAMPLERS[name](n, dx, dy, gen)
+    if name not in ("discrete", "conditional"):
+        x = monotone_map(x, gen) if gen.random() < 0.5 else x
+        y = monotone_map(y, gen) if gen.random() < 0.5 else y
+    x = x @ random_rotation(dx, gen) if gen.random() < 0.5 else x
+    y = y @ random_rotation(dy, gen) if gen.random() < 0.5 else y
+    if gen.random() < 0.15:
+        y = y[gen.permutation(n)]
+    return x, y
+
+
+def draw_dims(gen: np.random.Generator, max_dim: int) -> tuple[int, int]:
+    """Log-uniform dims per side; equal in half of the episodes."""
+    top = math.log(max_dim + 1)
+    dx = int(math.exp(gen.uniform(0, top)))
+    dy = dx if gen.random() < 0.5 else int(math.exp(gen.uniform(0, top)))
+    return min(max(dx, 1), max_dim), min(max(dy, 1), max_dim)
+
+
+# --------------------------------------------------------------------------- training
+@dataclass(frozen=True)
+class TrainConfig:
+    """Pre-training schedule; the default fits ~10 minutes on one CPU core."""
+
+    steps: int = 1500
+    batch: int = 16
+    n_min: int = 64
+    n_max: int = 1024
+    lr: float = 1e-3
+    seed: int = 0
+    validate_every: int = 250
+
+
+def training_batch(
+    gen: np.random.Generator, cfg: NetConfig, batch: int, n: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(build, score, context)``: each episode's 2n samples prepared, split in halves."""
+    build, score, ctx = [], [], []
+    for _ in range(batch):
+        dx, dy = draw_dims(gen, cfg.max_dim)
+        x, y = episode(2 * n, dx, dy, gen)
+        z = prepare(x, y, cfg.max_dim).z[gen.permutation(2 * n)]
+        build.append(z[:n])
+        score.append(z[n:])
+        ctx.append(context_of(n, dx, dy, cfg.max_dim))
+    as_t = lambda a: torch.as_tensor(np.stack(a), dtype=torch.float32)  # noqa: E731
+    return as_t(build), as_t(score), torch.tensor(ctx, dtype=torch.float32)
+
+
+def validation_tasks(
+    seed: int, max_dim: int, count: int = 24
+) -> list[tuple[np.ndarray, np.ndarray, float]]:
+    """Held-out Gaussian tasks (rotated, monotone-mapped) with known MI."""
+    gen = np.random.default_rng(seed)
+    tasks = []
+    for i in range(count):
+        d = [1, 2, 4, 8, 16][i % 5] if max_dim >= 16 else int(gen.integers(1, max_dim + 1))
+        n = int([128, 512, 2048][i % 3])
+        rhos = correlation_for_mi(gen.uniform(0, 2.5) * gen.dirichlet(np.ones(d)))
+        x, y = correlated_gaussian(n, d, d, rhos, gen)
+        x, y = monotone_map(x @ random_rotation(d, gen), gen), y @ random_rotation(d, gen)
+        tasks.append((x, y, gaussian_mi_from_correlations(rhos)))
+    return tasks
+
+
+def validate(net: InfoAtlasNet, tasks: list[tuple[np.ndarray, np.ndarray, float]]) -> float:
+    """Mean absolute error (nats) on known-MI tasks."""
+    est = estimate_many(net, [(x, y) for x, y, _ in tasks])
+    return float(np.mean(np.abs(est - np.array([t for *_, t in tasks]))))
+
+
+def pretrain(
+    net_cfg: NetConfig,
+    train_cfg: TrainConfig,
+    progress: Callable[[int, dict[str, float]], None] | None = None,
+) -> tuple[InfoAtlasNet, dict[str, float]]:
+    """Train a fresh network by maximising the cross-fitted DV bound; return it and metrics."""
+    torch.manual_seed(train_cfg.seed)
+    gen = np.random.default_rng(train_cfg.seed)
+    tgen = torch.Generator().manual_seed(train_cfg.seed)
+    net = InfoAtlasNet(net_cfg)
+    opt = torch.optim.Adam(net.parameters(), lr=train_cfg.lr)
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=train_cfg.lr, total_steps=train_cfg.steps, pct_start=0.05
+    )
+    tasks = validation_tasks(train_cfg.seed + 1, net_cfg.max_dim)
+    start, recent = time.perf_counter(), []
+    metrics: dict[str, float] = {}
+    lo, hi = math.log(train_cfg.n_min), math.log(train_cfg.n_max)
+    for step in range(1, train_cfg.steps + 1):
+        n = int(math.exp(gen.uniform(lo, hi)))
+        build, score, ctx = training_batch(gen, net_cfg, train_cfg.batch, n)
+        perms = torch.stack([torch.randperm(n, generator=tgen) for _ in range(net_cfg.negatives)])
+        loss = -dv_bound(net, net(build, ctx), score, perms).mean()
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        recent.append(float(loss.detach()))
+        if step % train_cfg.validate_every == 0 or step == train_cfg.steps:
+            net.eval()
+            metrics = {
+                "step": float(step),
+                "train_dv": -float(np.mean(recent)),
+                "val_mae_gaussian": validate(net, tasks),
+                "seconds": time.perf_counter() - start,
+            }
+            net.train()
+            recent = []
+            if progress is not None:
+                progress(step, metrics)
+    net.eval()
+    return net, metrics
+
+
+# --------------------------------------------------------------------------- persistence
+def save(net: InfoAtlasNet, path: str, meta: dict[str, object]) -> None:
+    """Write config, weights (float32) and ``meta`` with ``torch.save``."""
+    torch.save({"config": asdict(net.cfg), "state": net.state_dict(), "meta": meta}, path)
+
+
+def load(path: str) -> tuple[InfoAtlasNet, dict[str, object]]:
+    """A network written by :func:`save`, in eval mode, and its meta."""
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    net = InfoAtlasNet(NetConfig(**blob["config"]))
+    net.load_state_dict(blob["state"])
+    net.eval()
+    return net, dict(blob.get("meta", {}))
