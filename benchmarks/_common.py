@@ -103,63 +103,94 @@ class TimedGrid(DelegatingGrid):
         return [p for p in self.phases if p.message_type.startswith(prefix)]
 
 
+_SAMPLER = r"""
+import sys, time, psutil
+root, interval, pss_every = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+me = psutil.Process()
+last_pss = 0.0
+while True:
+    try:
+        parent = psutil.Process(root)
+        procs = [parent, *parent.children(recursive=True)]
+    except psutil.Error:
+        break
+    procs = [p for p in procs if p.pid != me.pid]
+    now = time.perf_counter()
+    rss = count = 0
+    for p in procs:
+        try:
+            rss += p.memory_info().rss
+            count += 1
+        except psutil.Error:
+            pass
+    line = f"{now} {rss} {count}"
+    if now - last_pss >= pss_every:
+        last_pss, pss = now, 0
+        for p in procs:
+            try:
+                pss += p.memory_full_info().pss
+            except (psutil.Error, AttributeError):
+                pass
+        line += f" {pss}"
+    print(line, flush=True)
+    if sys.stdin in __import__("select").select([sys.stdin], [], [], interval)[0]:
+        break
+"""
+
+
 class TreeMemory:
-    """Samples the summed RSS of this process and all its descendants in a thread.
+    """Samples the summed RSS of this process and all its descendants.
 
     Ray's GCS, raylet and worker processes are descendants of the driver, so
     this covers the whole simulation. RSS double-counts shared pages (Ray's
     object store, shared libraries), so the sum is an upper bound; the PSS
-    sum (shared pages split between processes) is sampled once a second.
+    sum (shared pages split between processes) is sampled every few seconds.
+
+    The sampler is a separate process (itself left out of the sums): run as a
+    thread of the driver, reading ``smaps_rollup`` took a third of the
+    driver's busy samples in a profile of a 1,000-client round, competing for
+    the GIL with Flower's engine threads. ``time.perf_counter`` is the
+    system's monotonic clock, so its timestamps compare with the driver's.
     """
 
-    def __init__(self, interval: float = 0.1) -> None:
-        import psutil
-
-        self._psutil = psutil
+    def __init__(self, interval: float = 0.1, pss_every: float = 5.0) -> None:
         self.interval = interval
+        self.pss_every = pss_every
         self.samples: list[tuple[float, int, int]] = []  # (time, rss sum, processes)
         self.pss_samples: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._proc: Any = None
+        self._reader = threading.Thread(target=self._read, daemon=True)
 
-    def _procs(self) -> list[Any]:
-        me = self._psutil.Process()
-        return [me, *me.children(recursive=True)]
-
-    def _loop(self) -> None:
-        last_pss = 0.0
-        while not self._stop.is_set():
-            now = time.perf_counter()
-            rss, count = 0, 0
-            procs = self._procs()
-            for p in procs:
-                try:
-                    rss += p.memory_info().rss
-                    count += 1
-                except self._psutil.Error:
-                    continue
-            self.samples.append((now, rss, count))
-            if now - last_pss >= 1.0:
-                last_pss = now
-                self.pss_samples.append((now, self._pss(procs)))
-            self._stop.wait(self.interval)
-
-    def _pss(self, procs: list[Any]) -> int:
-        total = 0
-        for p in procs:
-            try:
-                total += p.memory_full_info().pss
-            except (self._psutil.Error, AttributeError):
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            parts = line.split()
+            if len(parts) < 3:
                 continue
-        return total
+            t = float(parts[0])
+            self.samples.append((t, int(parts[1]), int(parts[2])))
+            if len(parts) > 3:
+                self.pss_samples.append((t, int(parts[3])))
 
     def __enter__(self) -> TreeMemory:
-        self._thread.start()
+        import subprocess
+
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _SAMPLER, str(os.getpid()), str(self.interval),
+             str(self.pss_every)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self._reader.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write("stop\n")
+        self._proc.stdin.close()
+        self._proc.wait(timeout=60)
+        self._reader.join(timeout=60)
 
     def peak(self, start: float = 0.0, end: float = float("inf")) -> dict[str, float]:
         """Peak RSS sum, PSS sum (MiB) and process count within ``[start, end]``."""
@@ -333,6 +364,14 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _script(path: str) -> str:
+    """The script path relative to the repository root (no machine-specific prefix)."""
+    try:
+        return str(Path(path).resolve().relative_to(BENCH_DIR.parent))
+    except ValueError:
+        return Path(path).name
+
+
 def save(name: str, quick: bool, payload: dict[str, Any], checks: list[Check]) -> Path:
     """Write ``results/platform/<name>[_quick].json`` (read by ``run_all.py``)."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
@@ -340,7 +379,7 @@ def save(name: str, quick: bool, payload: dict[str, Any], checks: list[Check]) -
     data = {
         "benchmark": name,
         "quick": quick,
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": " ".join(["python", _script(sys.argv[0]), *sys.argv[1:]]),
         "machine": machine(),
         "checks": [{**asdict(c), "passed": c.passed} for c in checks],
         **payload,

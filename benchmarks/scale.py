@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,19 @@ from flowerbed.platform.grids import DelegatingGrid
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = 50  # rows per client before the 20% local test split
 ENGINE = ["engine.client_resources.num_cpus=1", "engine.ray_num_cpus=2"]
+
+
+def store_sizes(grid: Any) -> dict[str, int]:
+    """Messages held by Flower's in-memory LinkState (diagnostic; empty if not reachable)."""
+    inner = grid
+    while hasattr(inner, "inner") and not hasattr(inner, "state"):
+        inner = inner.inner
+    state = getattr(inner, "state", None)
+    out = {}
+    for name in ("message_ins_store", "message_res_store", "message_ins_id_to_message_res_id"):
+        if hasattr(state, name):
+            out[name] = len(getattr(state, name))
+    return out
 
 
 class SubsetGrid(DelegatingGrid):
@@ -95,7 +110,9 @@ def fedavg_scenario(n: int, rounds: int) -> Any:
     )
 
 
-def run_points(grid: TimedGrid, sizes: list[int], rounds: int) -> dict[str, Any]:
+def run_points(
+    grid: TimedGrid, sizes: list[int], rounds: int, kinds: tuple[str, ...] = ("fqr", "fedavg")
+) -> dict[str, Any]:
     """ServerApp body: discover partition ids once, then run every point."""
     from flowerbed.platform.federation import Federation
     from flowerbed.platform.results import Recorder
@@ -109,6 +126,9 @@ def run_points(grid: TimedGrid, sizes: list[int], rounds: int) -> dict[str, Any]
         view = SubsetGrid(grid, [everyone.node_of[p] for p in range(n)])
         runs = (("one-shot FQR", fqr_scenario(n)), ("FedAvg", fedavg_scenario(n, rounds)))
         for kind, scenario in runs:
+            if kind.lower().split()[-1] not in kinds:
+                continue
+            print(f"  start: {kind} at {n} clients, store {store_sizes(grid)}", file=sys.stderr)
             first, start = len(grid.phases), time.perf_counter()
             summary = serve(view, scenario, Recorder(scenario, None))
             points.append(
@@ -126,11 +146,65 @@ def run_points(grid: TimedGrid, sizes: list[int], rounds: int) -> dict[str, Any]
     return {"points": points}
 
 
+def raw_points(
+    grid: TimedGrid, sizes: list[int], rounds: int, run_fedavg: Any
+) -> dict[str, Any]:
+    """ServerApp body of the raw Flower arm: Flower's FedAvg on the first N nodes."""
+    from overhead import wait_for_nodes
+
+    nodes = wait_for_nodes(grid, max(sizes))
+    points = []
+    for n in sizes:
+        view = SubsetGrid(grid, nodes[:n])
+        print(f"  start: raw FedAvg at {n} clients, store {store_sizes(grid)}", file=sys.stderr)
+        first, start = len(grid.phases), time.perf_counter()
+        accuracy = run_fedavg(view, rounds)
+        points.append(
+            {
+                "clients": n,
+                "kind": "FedAvg, raw Flower",
+                "start": start,
+                "end": time.perf_counter(),
+                "phases": (first, len(grid.phases)),
+                "load": load_avg(),
+                "final": {"accuracy": accuracy},
+            }
+        )
+        print(f"  done: raw Flower FedAvg at {n} clients, load {load_avg()}", file=sys.stderr)
+    return {"points": points}
+
+
+def raw_arm(sizes: list[int], rounds: int, memory: TreeMemory) -> tuple[Any, list[dict[str, Any]]]:
+    """Flower's FedAvg and a hand-written ClientApp at each size, in one simulation.
+
+    The same layout as flowerbed's arm (one ``run_simulation`` with the
+    largest number of nodes, each point on the first N of them), the same
+    MLP, SGD settings, rows per client and server evaluation every round.
+    """
+    import raw_flower_app
+    from _common import DATA_ENV, backend_config
+    from overhead import export_data, raw_server
+
+    scenario = fedavg_scenario(max(sizes), rounds)
+    with tempfile.TemporaryDirectory() as tmp:
+        path, init = export_data(scenario, tmp)
+        os.environ[DATA_ENV] = path
+        run_fedavg = raw_server(scenario, init)
+        run = simulate(
+            "raw Flower",
+            lambda g: raw_points(g, sizes, rounds, run_fedavg),
+            raw_flower_app.train_app,
+            max(sizes),
+            backend_config(1.0, ray_num_cpus=2),
+        )
+    return run, [figures(p, run.phases, memory) for p in run.extra["points"]]
+
+
 def figures(point: dict[str, Any], phases: list[Any], memory: TreeMemory) -> dict[str, Any]:
     """Wall time per round, time per client update and peak memory of one point."""
     n = point["clients"]
     mine = phases[slice(*point["phases"])]
-    if point["kind"] == "FedAvg":
+    if point["kind"].startswith("FedAvg"):
         work = [p for p in mine if p.message_type.startswith("train")]
         steady = work[1:] or work
         starts = [p.start for p in work] + [point["end"]]
@@ -153,29 +227,50 @@ def figures(point: dict[str, Any], phases: list[Any], memory: TreeMemory) -> dic
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run every point in one simulation and print the table and the targets."""
+    """Run every point in one simulation per arm and print the table and the targets."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="10 and 100 clients only")
     parser.add_argument("--sizes", type=int, nargs="+", default=None)
     parser.add_argument("--rounds", type=int, default=3, help="FedAvg rounds per point")
+    parser.add_argument(
+        "--raw-sizes",
+        type=int,
+        nargs="*",
+        default=None,
+        help="sizes for the raw Flower FedAvg arm (default: 100 and the largest; none in --quick)",
+    )
+    parser.add_argument(
+        "--kinds", nargs="+", choices=("fqr", "fedavg"), default=["fqr", "fedavg"],
+        help="which flowerbed points to run",
+    )
     args = parser.parse_args(argv)
     sizes = args.sizes or ([10, 100] if args.quick else [10, 100, 1000])
+    if args.raw_sizes is not None:
+        raw_sizes = args.raw_sizes
+    else:
+        raw_sizes = [] if args.quick else sorted({s for s in sizes if s >= 100})
     from flowerbed.platform.runner import backend_config, client_app
 
     config = backend_config(fedavg_scenario(max(sizes), args.rounds))
     with TreeMemory() as memory:
         run = simulate(
             "flowerbed",
-            lambda g: run_points(g, sizes, args.rounds),
+            lambda g: run_points(g, sizes, args.rounds, tuple(args.kinds)),
             client_app(),
             max(sizes),
             config,
         )
-    rows = [figures(p, run.phases, memory) for p in run.extra["points"]]
-    overall = memory.peak()
+        rows = [figures(p, run.phases, memory) for p in run.extra["points"]]
+        overall = memory.peak(run.called, run.ended or float("inf"))
+        raw_run, raw_rows = (None, [])
+        if raw_sizes:
+            raw_run, raw_rows = raw_arm(raw_sizes, args.rounds, memory)
+    raw_peak = memory.peak(raw_run.called, raw_run.ended or float("inf")) if raw_run else None
+    startups = f"start-up to first reply: flowerbed {run.startup_s:.1f} s" + (
+        f", raw Flower {raw_run.startup_s:.1f} s" if raw_run else ""
+    )
     print_table(
-        f"scale on 2 cores (one simulation, {max(sizes)} nodes; "
-        f"start-up {run.startup_s:.1f} s to first reply)",
+        f"scale on 2 cores (one simulation per arm, {max(sizes)} nodes; {startups})",
         [
             "kind",
             "clients",
@@ -201,31 +296,60 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 r["processes"],
                 r["load"],
             ]
-            for r in rows
+            for r in rows + raw_rows
         ],
     )
     checks = [
         Check(
             f"scale: {max(sizes)} clients complete",
             float(len(rows)),
-            2.0 * len(sizes),
+            float(len(args.kinds) * len(sizes)),
             unit="points",
             higher_is_better=True,
         ),
-        Check("scale: peak tree RSS", overall["rss_mib"] / 1024, 4.0, unit="GiB"),
+        Check("scale: peak tree RSS (flowerbed run)", overall["rss_mib"] / 1024, 4.0, unit="GiB"),
     ]
-    if 100 in sizes and 1000 in sizes:
-        for kind in ("one-shot FQR", "FedAvg"):
-            at = {r["clients"]: r["ms_per_update"] for r in rows if r["kind"] == kind}
-            checks.append(Check(f"scale: {kind} per update 1000 / 100", at[1000] / at[100], 1.5))
+    ratios: dict[str, float] = {}
+    per_update = {(r["kind"], r["clients"]): r["ms_per_update"] for r in rows + raw_rows}
+    for kind in ("one-shot FQR", "FedAvg"):
+        if (kind, 100) in per_update and (kind, 1000) in per_update:
+            value = per_update[(kind, 1000)] / per_update[(kind, 100)]
+            ratios[f"{kind} per update 1000 / 100"] = value
+            checks.append(Check(f"scale: {kind} per update 1000 / 100", value, 1.5))
+    raw_kind = "FedAvg, raw Flower"
+    if (raw_kind, 100) in per_update and (raw_kind, 1000) in per_update:
+        ratios["raw Flower FedAvg per update 1000 / 100 (reference)"] = (
+            per_update[(raw_kind, 1000)] / per_update[(raw_kind, 100)]
+        )
+    for n in raw_sizes:
+        if ("FedAvg", n) in per_update and (raw_kind, n) in per_update:
+            ratios[f"FedAvg flowerbed / raw Flower per update at {n}"] = (
+                per_update[("FedAvg", n)] / per_update[(raw_kind, n)]
+            )
+    if ratios:
+        print_table("ratios (same run)", ["ratio", "value"], [[k, v] for k, v in ratios.items()])
+    if 1000 in raw_sizes and ("FedAvg", 1000) in per_update:
+        checks.append(
+            Check(
+                "scale: FedAvg flowerbed / raw Flower per update at 1000",
+                ratios["FedAvg flowerbed / raw Flower per update at 1000"],
+                1.10,
+            )
+        )
     print_checks(checks)
     payload = {
         "sizes": sizes,
+        "raw_sizes": raw_sizes,
         "rounds": args.rounds,
         "startup_s": run.startup_s,
+        "raw_startup_s": raw_run.startup_s if raw_run else None,
         "points": rows,
+        "raw_points": raw_rows,
+        "ratios": ratios,
         "peak": overall,
+        "raw_peak": raw_peak,
         "finals": [p["final"] for p in run.extra["points"]],
+        "raw_finals": [p["final"] for p in raw_run.extra["points"]] if raw_run else [],
         "load_end": load_avg(),
     }
     save("scale", args.quick, payload, checks)

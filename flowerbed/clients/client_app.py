@@ -1,19 +1,35 @@
-"""The generic ClientApp: routes every message type to the scenario's learner."""
+"""The generic ClientApp: routes every message type to the scenario's learner.
+
+A client process imports only what its scenario names: the ClientApp answers
+every message type through :func:`handle` (no per-learner routes to collect),
+and the scenario is validated against the named components alone, whose
+modules the registry imports on first use. Importing every plugin instead
+cost each Ray worker seconds and well over a hundred MiB (optional dataset
+libraries it never used).
+"""
 
 from __future__ import annotations
 
 import functools
 import os
+from typing import Any
 
 from flwr.app import ConfigRecord, Context, Message
+from flwr.app.metadata import validate_message_type
 from flwr.clientapp import ClientApp
 
 from flowerbed.clients.learner import Learner, TaskContext
-from flowerbed.data.federated import federated_data
+from flowerbed.data.federated import FederatedData, federated_data
 from flowerbed.platform import keys, registry
 from flowerbed.platform.messages import Payload
-from flowerbed.platform.plugins import load_plugins
-from flowerbed.platform.scenario import Scenario, validate_scenario
+from flowerbed.platform.registry import Params
+from flowerbed.platform.scenario import (
+    COMPONENT_FIELDS,
+    LIST_COMPONENT_FIELDS,
+    Scenario,
+    ScenarioBase,
+    validate_scenario,
+)
 from flowerbed.platform.seeds import derive_seed
 
 _STATE_KEY = "flowerbed"
@@ -23,7 +39,62 @@ _STATE_KEY = "flowerbed"
 def _scenario(yaml_text: str) -> Scenario:
     import yaml
 
-    return validate_scenario(yaml.safe_load(yaml_text), "scenario from server")
+    data = yaml.safe_load(yaml_text)
+    scenario = _validate_named(data)
+    if scenario is None:
+        # Anything the narrow model cannot reproduce exactly: the full schema decides.
+        scenario = validate_scenario(data, "scenario from server")
+    return scenario
+
+
+def _validate_named(data: Any) -> Scenario | None:
+    """Validate a resolved scenario against only the components it names.
+
+    Returns ``None`` (the caller then uses the full schema) unless the result
+    round-trips to exactly ``data``, which the server's resolved scenario does.
+    """
+    if not isinstance(data, dict):
+        return None
+    try:
+        wanted: list[tuple[str, str, tuple[str, ...]]] = []
+        for field, kind in COMPONENT_FIELDS.items():
+            block = data.get(field)
+            names = () if block is None else (str(block["name"]),)
+            wanted.append((field, kind, names))
+        for field, kind in LIST_COMPONENT_FIELDS.items():
+            blocks = data.get(field) or []
+            wanted.append((field, kind, tuple(sorted({str(b["name"]) for b in blocks}))))
+        model = _named_model(tuple(wanted))
+        scenario = model.model_validate(data)
+    except Exception:  # noqa: BLE001 - the full schema gives the proper error
+        return None
+    return scenario if scenario.to_dict() == data else None
+
+
+@functools.lru_cache(maxsize=16)
+def _named_model(wanted: tuple[tuple[str, str, tuple[str, ...]], ...]) -> type[ScenarioBase]:
+    from typing import Annotated, Union
+
+    from pydantic import Field, create_model
+
+    fields: dict[str, Any] = {}
+    for field, kind, names in wanted:
+        models = [registry.get(kind, n).params for n in names]  # imports their modules
+        one: Any = (
+            Params if not models
+            else models[0] if len(models) == 1
+            else Annotated[Union[tuple(models)], Field(discriminator="name")]  # noqa: UP007
+        )
+        if field in LIST_COMPONENT_FIELDS:
+            fields[field] = (list[one], [])
+        elif not models:
+            fields[field] = (None, None)
+        else:
+            fields[field] = (one, ...)
+    model: type[ScenarioBase] = create_model(  # type: ignore[call-overload]
+        "Scenario", __base__=ScenarioBase, **fields
+    )
+    return model
 
 
 @functools.lru_cache(maxsize=8)
@@ -31,6 +102,12 @@ def _learner(yaml_text: str) -> Learner:
     scenario = _scenario(yaml_text)
     learner: Learner = registry.build("learner", scenario.component("learner"), scenario=scenario)
     return learner
+
+
+@functools.lru_cache(maxsize=2)
+def _data(yaml_text: str) -> FederatedData:
+    """The scenario's federated data, found once per scenario text, not per message."""
+    return federated_data(_scenario(yaml_text))
 
 
 @functools.cache
@@ -67,11 +144,12 @@ def handle(msg: Message, context: Context) -> Message:
         return _setup(msg, context)
     if _STATE_KEY not in context.state:
         raise RuntimeError("message before setup: the server must send query.setup first")
-    yaml_text = str(context.state.config_records[_STATE_KEY][keys.SCENARIO_YAML])
+    # ``state[key]`` returns the record itself; ``state.config_records[key]`` copies the map.
+    yaml_text = str(context.state[_STATE_KEY][keys.SCENARIO_YAML])  # type: ignore[index]
     scenario = _scenario(yaml_text)
     _limit_threads(scenario.engine.client_resources.num_cpus)
     pid = int(context.node_config[keys.PARTITION_ID])
-    data = federated_data(scenario).client(pid)
+    data = _data(yaml_text).client(pid)
     payload = Payload.from_record(msg.content)
     server_round = int(payload.config.get(keys.SERVER_ROUND, 0))
     seed = derive_seed(scenario.seed, "client", pid, message_type, server_round)
@@ -85,18 +163,27 @@ def handle(msg: Message, context: Context) -> Message:
     return Message(reply.to_record(), reply_to=msg)
 
 
+class GenericClientApp(ClientApp):
+    """A ClientApp that answers every valid message type with :func:`handle`.
+
+    The learner decides what it answers (an unknown action is an error reply
+    naming the actions it has), so no plugin is imported to list routes.
+    """
+
+    def __call__(self, message: Message, context: Context) -> Message:
+        """Answer ``message`` (``query.setup`` or any learner action)."""
+        message_type = message.metadata.message_type
+        if not validate_message_type(message_type):
+            raise ValueError(f"Invalid message type: {message_type}")
+        with self._lifespan(context):
+            return handle(message, context)
+
+
 def build_client_app() -> ClientApp:
-    """A ClientApp answering ``query.setup`` and every action any learner declares."""
-    load_plugins()
-    client_app = ClientApp()
-    client_app.query("setup")(handle)
-    routes = {a for e in registry.entries("learner") for a in e.target.actions()}
-    for route in sorted(routes):
-        category, action = route.split(".")
-        getattr(client_app, category)(action)(handle)
-    return client_app
+    """The generic ClientApp (``query.setup`` and every action any learner declares)."""
+    return GenericClientApp()
 
 
 app = build_client_app()
 
-__all__ = ["app", "handle"]
+__all__ = ["GenericClientApp", "app", "build_client_app", "handle"]

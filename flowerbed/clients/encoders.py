@@ -163,5 +163,8 @@ def build_encoder(spec: Params) -> Encoder:
 
 def encoder_spec_type() -> Any:
     """Discriminated union (on ``name``) of every registered encoder's params."""
+    from flowerbed.platform.plugins import import_kind
+
+    import_kind("encoder")
     models = [e.params for e in registry.entries("encoder")]
     return Annotated[Union[tuple(models)], Field(discriminator="name")]  # noqa: UP007

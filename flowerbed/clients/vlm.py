@@ -194,5 +194,8 @@ def build_vlm(spec: Params) -> VisionLanguageModel:
 
 def vlm_spec_type() -> Any:
     """Discriminated union (on ``name``) of every registered VLM's params."""
+    from flowerbed.platform.plugins import import_kind
+
+    import_kind("vlm")
     models = [e.params for e in registry.entries("vlm")]
     return Annotated[Union[tuple(models)], Field(discriminator="name")]  # noqa: UP007

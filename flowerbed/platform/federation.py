@@ -189,10 +189,16 @@ class Federation:
         pids = self.partition_ids if clients is None else sorted(clients)
         available = self.available(pids, server_round)
         messages = []
+        # One payload for everyone: serialise its arrays once, not once per client.
+        shared = None
+        if not isinstance(payload, Mapping) and payload.arrays:
+            shared = payload.to_array_record()
         for pid in available.on_time:
             body = payload[pid] if isinstance(payload, Mapping) else payload
             config = {**body.config, keys.SERVER_ROUND: server_round}
-            record = Payload(body.arrays, config, body.metrics, body.num_examples).to_record()
+            record = Payload(body.arrays, config, body.metrics, body.num_examples).to_record(
+                shared
+            )
             messages.append(
                 Message(
                     record,

@@ -49,10 +49,17 @@ class Payload:
         """Numpy arrays of a Flower ``ArrayRecord``, order preserved."""
         return {k: v.numpy() for k, v in record.items()}
 
-    def to_record(self) -> RecordDict:
-        """Pack into a ``RecordDict`` (arrays, config, metrics with num-examples)."""
+    def to_record(self, array_record: ArrayRecord | None = None) -> RecordDict:
+        """Pack into a ``RecordDict`` (arrays, config, metrics with num-examples).
+
+        ``array_record`` is this payload's arrays already packed (by
+        :meth:`to_array_record`): a broadcast serialises its arrays once and
+        shares the record between messages, as Flower's own strategies do.
+        """
         content = RecordDict()
-        if self.arrays:
+        if array_record is not None:
+            content[keys.ARRAYS] = array_record
+        elif self.arrays:
             content[keys.ARRAYS] = self.to_array_record()
         content[keys.CONFIG] = ConfigRecord(_encode_config(self.config))  # type: ignore[assignment]
         metrics = {k: float(v) for k, v in self.metrics.items()}

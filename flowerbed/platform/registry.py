@@ -109,15 +109,30 @@ def register_hint(kind: str, name: str, hint: str) -> None:
 
 
 def get(kind: str, name: str) -> Entry:
-    """Return the entry for ``(kind, name)`` or raise listing the known names."""
+    """Return the entry for ``(kind, name)`` or raise listing the known names.
+
+    A name not registered yet is looked up in the plugin modules: only its own
+    module is imported when known, else every plugin (so errors list them all).
+    """
     entries = _REGISTRY[kind]
     if name in entries:
         return entries[name]
+    if name not in _HINTS[kind]:
+        _import_plugin_for(kind, name)
+        if name in entries:
+            return entries[name]
     if name in _HINTS[kind]:
         raise UnknownComponentError(f"{kind} {name!r} is not available: {_HINTS[kind][name]}")
     raise UnknownComponentError(
         f"unknown {kind} {name!r}; known: {', '.join(sorted(entries)) or '(none)'}"
     )
+
+
+def _import_plugin_for(kind: str, name: str) -> None:
+    from flowerbed.platform.plugins import import_component, load_plugins
+
+    if not (import_component(kind, name) and name in _REGISTRY[kind]):
+        load_plugins()
 
 
 def names(kind: str) -> list[str]:

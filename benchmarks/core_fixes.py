@@ -1,0 +1,209 @@
+"""Before/after ratios of flowerbed's own per-process and per-message costs.
+
+Each "before" re-creates the replaced code path next to the current one, and
+the two alternate in one process (A B A B ...), so the ratio is robust to load:
+
+* **worker start-up**: a fresh Python process imports the generic ClientApp,
+  answers ``query.setup`` and one ``train`` message of the quickstart
+  scenario (the first work a Ray worker does). *Before*: every plugin module
+  imported first (the old ``build_client_app`` did ``load_plugins()``).
+  *After*: only the modules the scenario names. Wall time and peak RSS of the
+  child process.
+* **broadcast packing**: ``Federation.ask`` building N messages that carry
+  the same arrays. *Before*: the arrays serialised once per client. *After*:
+  once per ask, the record shared.
+* **client lookup per message**: what ``handle`` does before calling the
+  learner. *Before*: the scenario text read through
+  ``state.config_records`` (a copy of the map) and the data-cache key
+  (``model_dump`` of four blocks + ``json.dumps``) per message. *After*: the
+  record read in place, the data memoised per scenario text.
+
+Run ``python benchmarks/core_fixes.py`` (full) or ``--quick``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import Check, load_avg, median, print_checks, print_table, save
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_WORKER = r"""
+import json, resource, sys, time
+start = time.perf_counter()
+eager = sys.argv[1] == "before"
+if eager:
+    from flowerbed.platform.plugins import load_plugins
+    load_plugins()
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flowerbed.clients.client_app import app
+from flowerbed.platform import keys
+from flowerbed.platform.messages import Payload
+from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.supercore.task_identity import TaskIdentity
+TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, SUPERLINK_NODE_ID
+if eager:
+    from flowerbed.platform.scenario import validate_scenario
+    import yaml
+    validate_scenario(yaml.safe_load(sys.argv[2]))
+scenario_yaml, init = sys.argv[2], json.loads(sys.argv[3])
+context = Context(run_id=1, node_id=1, node_config={keys.PARTITION_ID: 0},
+                  state=RecordDict(), run_config={})
+def ask(message_type, payload):
+    msg = Message(payload.to_record(), dst_node_id=1, message_type=message_type)
+    return Payload.from_record(app(msg, context).content)
+ask(keys.SETUP, Payload(config={keys.SCENARIO_YAML: scenario_yaml}))
+import numpy as np
+arrays = {k: np.asarray(v, dtype=np.float32) for k, v in init.items()}
+reply = ask("train", Payload(arrays=arrays, config={keys.SERVER_ROUND: 1}))
+assert reply.num_examples > 0, reply
+took = time.perf_counter() - start
+mods = sum(1 for m in sys.modules if m.startswith("flowerbed."))
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"s": took, "maxrss_mib": rss,
+                  "flowerbed_modules": mods}))
+"""
+
+
+def quickstart() -> Any:
+    """The quickstart scenario (digits, MLP, sgd learner, FedAvg)."""
+    from flowerbed.platform.scenario import load_scenario
+
+    return load_scenario(ROOT / "scenarios" / "quickstart.yaml", ["baselines=[]"])
+
+
+def worker_startup(repeats: int) -> dict[str, Any]:
+    """Fresh-process start-up of the ClientApp, eager plugins vs lazy, alternated."""
+    from flowerbed.platform import registry
+    from flowerbed.platform.seeds import derive_seed
+
+    scenario = quickstart()
+    learner = registry.build("learner", scenario.component("learner"), scenario=scenario)
+    from flowerbed.data.federated import federated_data
+
+    meta = federated_data(scenario).dataset.meta
+    init = learner.init_arrays(meta, derive_seed(scenario.seed, "init"))
+    init_json = json.dumps({k: v.tolist() for k, v in init.items()})
+    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for i in range(repeats):
+        for mode in ("before", "after") if i % 2 == 0 else ("after", "before"):
+            out = subprocess.run(
+                [sys.executable, "-c", _WORKER, mode, scenario.to_yaml(), init_json],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+            )
+            if out.returncode != 0:
+                raise RuntimeError(f"worker ({mode}) failed:\n{out.stderr[-2000:]}")
+            rec = json.loads(out.stdout.strip().splitlines()[-1])
+            rec["load"] = load_avg()
+            runs[mode].append(rec)
+            print(f"  worker {mode}: {rec}", file=sys.stderr)
+    return runs
+
+
+def broadcast(clients: int, repeats: int) -> dict[str, float]:
+    """ms to pack one ask's messages for ``clients`` clients (median), before vs after."""
+    from flowerbed.platform.messages import Payload
+
+    body = Payload(arrays={"w": np.linspace(0, 1, 1000, dtype=np.float32)})
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    for i in range(repeats):
+        for mode in ("before", "after") if i % 2 == 0 else ("after", "before"):
+            start = time.perf_counter()
+            shared = body.to_array_record() if mode == "after" else None
+            for pid in range(clients):
+                config = {**body.config, "server-round": pid}
+                Payload(body.arrays, config, body.metrics, body.num_examples).to_record(shared)
+            times[mode].append(1e3 * (time.perf_counter() - start))
+    return {k: median(v) for k, v in times.items()}
+
+
+def lookup(repeats: int, messages: int) -> dict[str, float]:
+    """µs per message of the client-side lookups ``handle`` does, before vs after."""
+    from flwr.app import ConfigRecord, RecordDict
+
+    from flowerbed.clients import client_app
+    from flowerbed.data.federated import federated_data
+    from flowerbed.platform import keys
+
+    scenario = quickstart()
+    text = scenario.to_yaml()
+    state = RecordDict()
+    state["flowerbed"] = ConfigRecord({keys.SCENARIO_YAML: text})
+    client_app._data(text)  # build once (both ways share the process cache)
+
+    def before(pid: int) -> Any:
+        yaml_text = str(state.config_records["flowerbed"][keys.SCENARIO_YAML])
+        return federated_data(client_app._scenario(yaml_text)).client(pid)
+
+    def after(pid: int) -> Any:
+        yaml_text = str(state["flowerbed"][keys.SCENARIO_YAML])  # type: ignore[index]
+        return client_app._data(yaml_text).client(pid)
+
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    for i in range(repeats):
+        for mode in ("before", "after") if i % 2 == 0 else ("after", "before"):
+            fn = before if mode == "before" else after
+            start = time.perf_counter()
+            for m in range(messages):
+                fn(m % scenario.num_clients)
+            times[mode].append(1e6 * (time.perf_counter() - start) / messages)
+    return {k: median(v) for k, v in times.items()}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Measure every before/after pair and print the ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    args = parser.parse_args(argv)
+    reps = 2 if args.quick else 4
+    load_start = load_avg()
+    workers = worker_startup(reps)
+    pack = broadcast(1000, 5 if args.quick else 11)
+    look = lookup(5 if args.quick else 11, 500)
+    w = {m: {k: median(r[k] for r in workers[m]) for k in workers[m][0]} for m in workers}
+    rows = [
+        ["worker start-up s (import, setup, 1st train)", w["before"]["s"], w["after"]["s"]],
+        ["worker peak RSS MiB", w["before"]["maxrss_mib"], w["after"]["maxrss_mib"]],
+        ["flowerbed modules imported", w["before"]["flowerbed_modules"],
+         w["after"]["flowerbed_modules"]],
+        ["broadcast packing ms / ask (1,000 clients, 1,000 floats)",
+         pack["before"], pack["after"]],
+        ["client lookup µs / message", look["before"], look["after"]],
+    ]
+    rows = [[*r, r[2] / r[1]] for r in rows]
+    print_table(
+        f"flowerbed's own costs, before / after (alternated; load {load_start}-{load_avg()})",
+        ["figure", "before", "after", "after / before"],
+        rows,
+    )
+    checks = [
+        Check("core fixes: worker start-up after / before", rows[0][3], 1.0),
+        Check("core fixes: worker peak RSS after / before", rows[1][3], 1.0),
+        Check("core fixes: broadcast packing after / before", rows[3][3], 1.0),
+        Check("core fixes: client lookup after / before", rows[4][3], 1.0),
+    ]
+    print_checks(checks)
+    payload = {
+        "workers": workers,
+        "broadcast_ms": pack,
+        "lookup_us": look,
+        "rows": rows,
+        "load_start": load_start,
+        "load_end": load_avg(),
+    }
+    save("core_fixes", args.quick, payload, checks)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
