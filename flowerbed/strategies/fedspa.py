@@ -1,0 +1,237 @@
+"""FedSPA server (github.com/eejiarong/FedSPA-main): semantic alignment of uploaded prototypes.
+
+Before round 1 the clients send per-class feature sums and counts; the server
+sets the round-0 visual prototypes ``P0`` to the pooled class means (``T0`` rows
+for classes no client holds). Each round it broadcasts the semantic prototypes
+``T`` (and ``P0`` in round 1), the clients train their own ``P_k`` and report
+personalised accuracy (so round ``r`` uses the ``T`` of round ``r - 1``), and
+the server trains ``T`` on the uploaded ``(P_k[c], c)`` pairs
+(:func:`flowerbed.algorithms.fedspa.align_text`). The final ``T`` is scored
+on the pooled test rows (global accuracy). The comparison arms run in the same
+run and land in ``ctx.extra_results``: zero-shot ``T0``, FedAvg of a linear head
+on frozen features, PromptFL (FedAvg of CoOp context vectors) and local-only
+prototypes (``T = T0``, no server step).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from flowerbed.algorithms import fedspa as fs
+from flowerbed.clients import fedspa_learner as keys
+from flowerbed.clients.fedspa_learner import FedSpaLearner
+from flowerbed.platform.federation import Federation, Replies, RoundFailedError
+from flowerbed.platform.messages import Arrays, Payload
+from flowerbed.platform.registry import Params, register
+from flowerbed.platform.seeds import derive_seed
+from flowerbed.strategies.base import ServerContext, Strategy
+
+log = logging.getLogger("flowerbed.fedspa")
+
+Baseline = Literal["zero_shot", "fedavg_linear", "promptfl", "local_only"]
+BASELINES: tuple[Baseline, ...] = ("zero_shot", "fedavg_linear", "promptfl", "local_only")
+
+
+class FedSpaParams(Params):
+    """Local schedule, server alignment (authors' defaults) and the comparison arms."""
+
+    local_epochs: int = Field(5, ge=0)
+    local_epochs_last: int = Field(100, ge=0, description="last round's epochs; 0: local_epochs")
+    server_epochs: int = Field(100, ge=0, description="alignment epochs per round")
+    global_lr: float = Field(2e-3, gt=0)
+    global_batch_size: int = Field(8, ge=1)
+    lam: float = Field(0.2, ge=0, description="weight of the semantic-stability term")
+    temperature: float = Field(fs.TEMPERATURE, gt=0)
+    baselines: tuple[Baseline, ...] = Field(BASELINES)
+    baseline_epochs: int | None = Field(
+        None, ge=1, description="local epochs of the FedAvg / PromptFL arms (default local_epochs)"
+    )
+
+
+def _bytes(arrays: Arrays) -> int:
+    return int(sum(a.nbytes for a in arrays.values()))
+
+
+def personal(replies: Replies) -> tuple[float, float, float]:
+    """(mean over clients with test rows, std, pooled accuracy) of ``accuracy`` replies."""
+    scored = [r.metrics for r in replies.ok.values() if r.metrics.get("n_test", 0) > 0]
+    accs = [m["accuracy"] for m in scored]
+    pooled = sum(m["correct"] for m in scored) / max(1.0, sum(m["n_test"] for m in scored))
+    return float(np.mean(accs)), float(np.std(accs)), float(pooled)
+
+
+class _Arm:
+    """Per-round bookkeeping of one arm: accuracy curve, bytes and client time."""
+
+    def __init__(self, name: str, ctx: ServerContext) -> None:
+        self.name, self.ctx = name, ctx
+        self.curve: list[float] = []
+        self.down: list[float] = []
+        self.up: list[float] = []
+        self.seconds: list[float] = []
+
+    def round(self, r: int, acc: tuple[float, float, float], down: int, replies: Replies,
+              extra: dict[str, float] | None = None) -> None:
+        ok = list(replies.ok.values())
+        self.curve.append(acc[0])
+        self.down.append(down)
+        self.up.append(float(np.mean([_bytes(x.arrays) for x in ok])) if ok else 0.0)
+        self.seconds.extend(x.metrics.get("train_seconds", 0.0) for x in ok)
+        self.ctx.recorder.metrics(r, self.name, {
+            "local_test/accuracy": acc[0], "local_test/accuracy_std": acc[1],
+            "comm/bytes_down_per_client": down, "comm/bytes_up_per_client": self.up[-1],
+            "time/client_train_s": float(np.mean([x.metrics.get("train_seconds", 0.0)
+                                                  for x in ok] or [0.0])),
+            **{f"align/{k}": v for k, v in (extra or {}).items()}})
+
+    def final(self, global_acc: float, std: float) -> dict[str, float]:
+        tail = self.curve[-min(10, len(self.curve)):] or [float("nan")]
+        return {"local_test/accuracy": self.curve[-1] if self.curve else float("nan"),
+                "local_test/accuracy_std": std,
+                "local_test/accuracy_last10_mean": float(np.mean(tail)),
+                "local_test/accuracy_last10_std": float(np.std(tail)),
+                "test/accuracy": global_acc,
+                "comm/bytes_down_per_client_round": float(np.mean(self.down or [0.0])),
+                "comm/bytes_up_per_client_round": float(np.mean(self.up or [0.0])),
+                "time/client_train_s": float(np.mean(self.seconds or [0.0]))}
+
+
+@register("strategy", "fedspa")
+class FedSpaStrategy(Strategy):
+    """FedSPA: client visual prototypes, server InfoNCE alignment of text prototypes; baselines."""
+
+    Params = FedSpaParams
+
+    def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
+        """FedSPA for ``scenario.rounds`` rounds, then each comparison arm."""
+        p: FedSpaParams = self.params  # type: ignore[assignment]
+        learner = ctx.learner
+        if not isinstance(learner, FedSpaLearner):
+            raise TypeError(f"strategy fedspa needs learner fedspa, got {type(learner).__name__}")
+        self.learner = learner
+        self.t0 = learner.text_features(ctx.data.dataset.meta)
+        self.state = uuid.uuid4().hex  # names the clients' state folder; no effect on results
+        try:
+            final = self._fedspa(fed, ctx)
+            arms: dict[str, Callable[[Federation, ServerContext], dict[str, float]]] = {
+                "zero_shot": self._zero_shot, "fedavg_linear": self._linear,
+                "promptfl": self._prompt, "local_only": self._local_only}
+            for name in p.baselines:
+                ctx.extra_results[name] = arms[name](fed, ctx)
+        finally:
+            self._cleanup(fed)
+        return final
+
+    def _cleanup(self, fed: Federation) -> None:
+        """Ask the clients to delete this run's prototype files; never masks a failure."""
+        try:
+            fed.ask(keys.CLEANUP_MESSAGE, Payload(config={keys.STATE: self.state}),
+                    server_round=0, min_replies=0.01)
+        except RoundFailedError as exc:
+            log.warning("fedspa: client state cleanup failed: %s", exc)
+
+    def epochs(self, r: int) -> int:
+        """Local epochs of round ``r`` (1-based): ``local_epochs_last`` in the last round."""
+        p: FedSpaParams = self.params  # type: ignore[assignment]
+        last = r == self.scenario.rounds and p.local_epochs_last > 0
+        return p.local_epochs_last if last else p.local_epochs
+
+    def _init_prototypes(self, fed: Federation, ctx: ServerContext) -> tuple[np.ndarray, int]:
+        """P0 from the clients' class sums and counts; bytes uploaded per client."""
+        ok = fed.ask(keys.STATS_MESSAGE, Payload(), server_round=0).ok
+        sums = sum(np.asarray(r.arrays[keys.SUMS], np.float64) for r in ok.values())
+        counts = sum(np.asarray(r.arrays[keys.COUNTS], np.float64) for r in ok.values())
+        p0, missing = fs.init_prototypes(sums, counts, self.t0)  # type: ignore[arg-type]
+        ctx.recorder.metrics(0, "fedspa", {"init/classes_from_text": float(missing.sum())})
+        return p0, int(np.mean([_bytes(r.arrays) for r in ok.values()]))
+
+    def _fedspa(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
+        p: FedSpaParams = self.params  # type: ignore[assignment]
+        p0, init_up = self._init_prototypes(fed, ctx)
+        arm, t, std = _Arm("fedspa", ctx), self.t0.copy(), 0.0
+        info: dict[str, float] = {}
+        for r in range(1, self.scenario.rounds + 1):
+            arrays = {keys.TEXT: t, **({keys.INIT_PROTOS: p0} if r == 1 else {})}
+            config = {keys.ARM: "fedspa", keys.EPOCHS: self.epochs(r), keys.STATE: self.state}
+            replies = fed.ask(keys.TRAIN_MESSAGE, Payload(arrays, config), server_round=r)
+            acc = personal(replies)
+            std = acc[1]
+            if p.server_epochs > 0:
+                ok = list(replies.ok.values())
+                protos = np.concatenate([x.arrays[keys.PROTOS] for x in ok])
+                labels = np.tile(np.arange(len(t)), len(ok))
+                cfg = fs.TrainConfig(p.global_lr, p.server_epochs, p.global_batch_size,
+                                     derive_seed(self.scenario.seed, "fedspa", "server", r))
+                t, info = fs.align_text(t, self.t0, protos, labels, cfg, lam=p.lam,
+                                        temperature=p.temperature)
+            norms = np.linalg.norm(t, axis=1)
+            info = {**info, "t_row_norm_max_dev": float(np.abs(norms - 1).max()),
+                    "t_drift_from_t0": float(np.linalg.norm(t - self.t0))}
+            arm.round(r, acc, _bytes(arrays), replies, info)
+        self.t_final = t
+        glob = self._evaluate(fed, {keys.TEXT: t}, "text")
+        return {**arm.final(glob[2], std), "comm/bytes_init_up_per_client": float(init_up),
+                **{f"align/{k}": v for k, v in info.items()}}
+
+    def _evaluate(self, fed: Federation, arrays: Arrays, head: str, r: int = 0
+                  ) -> tuple[float, float, float]:
+        replies = fed.ask(keys.EVAL_MESSAGE, Payload(arrays, {keys.HEAD: head}),
+                          server_round=r)
+        return personal(replies)
+
+    def _zero_shot(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
+        """T0 alone: personalised = per-client zero-shot accuracy, global = pooled."""
+        arm = _Arm("zero_shot", ctx)
+        acc = self._evaluate(fed, {keys.TEXT: self.t0}, "text")
+        arm.curve = [acc[0]] * self.scenario.rounds
+        for r in range(1, self.scenario.rounds + 1):
+            ctx.recorder.metrics(r, "zero_shot", {"local_test/accuracy": acc[0]})
+        return arm.final(acc[2], acc[1])
+
+    def _local_only(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
+        """FedSPA's client objective with T = T0 and local P0; no communication."""
+        arm = _Arm("local_only", ctx)
+        acc = (0.0, 0.0, 0.0)
+        for r in range(1, self.scenario.rounds + 1):
+            config = {keys.ARM: "local_only", keys.EPOCHS: self.epochs(r), keys.STATE: self.state}
+            replies = fed.ask(keys.TRAIN_MESSAGE, Payload(config=config), server_round=r)
+            acc = personal(replies)
+            arm.round(r, acc, 0, replies)
+        zero = self._evaluate(fed, {keys.TEXT: self.t0}, "text")
+        return arm.final(zero[2], acc[1])
+
+    def _averaged(self, fed: Federation, ctx: ServerContext, name: str, message: str,
+                  init: Arrays, head: str) -> dict[str, float]:
+        """FedAvg rounds of ``init`` (weighted by examples), each scored on every client."""
+        p: FedSpaParams = self.params  # type: ignore[assignment]
+        arm, arrays, acc = _Arm(name, ctx), init, (0.0, 0.0, 0.0)
+        epochs = p.baseline_epochs or p.local_epochs
+        for r in range(1, self.scenario.rounds + 1):
+            replies = fed.ask(message, Payload(arrays, {keys.EPOCHS: epochs}), server_round=r)
+            trained = [x for x in replies.ok.values() if x.num_examples > 0]
+            arrays = {k: fs.weighted_average([x.arrays[k] for x in trained],
+                                             [x.num_examples for x in trained]) for k in init}
+            acc = self._evaluate(fed, arrays, head, r)
+            arm.round(r, acc, _bytes(init), replies)
+        return arm.final(acc[2], acc[1])
+
+    def _linear(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
+        """FedAvg of a zero-initialised linear head on the frozen normalised features."""
+        c, d = self.t0.shape
+        init = {keys.HEAD_W: np.zeros((c, d), np.float32), keys.HEAD_B: np.zeros(c, np.float32)}
+        return self._averaged(fed, ctx, "fedavg_linear", keys.LINEAR_MESSAGE, init, "linear")
+
+    def _prompt(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
+        """PromptFL: FedAvg of CoOp context vectors (from ``prompt_init``, CoOp's default)."""
+        lp = self.learner.params
+        vlm = self.learner.vlm
+        ctx0 = (vlm.init_context(lp.n_ctx, derive_seed(self.scenario.seed, "promptfl"))  # type: ignore[attr-defined]
+                if lp.prompt_init is None else vlm.context_from_text(lp.prompt_init))  # type: ignore[attr-defined]
+        init = {keys.CONTEXT: np.asarray(ctx0.detach(), dtype=np.float32)}
+        return self._averaged(fed, ctx, "promptfl", keys.PROMPT_MESSAGE, init, "prompt")
