@@ -16,7 +16,7 @@ grayscale is repeated to RGB and images are resized (bilinear, antialiased).
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Union
+from typing import Any
 
 import numpy as np
 from pydantic import Field
@@ -163,8 +163,4 @@ def build_encoder(spec: Params) -> Encoder:
 
 def encoder_spec_type() -> Any:
     """Discriminated union (on ``name``) of every registered encoder's params."""
-    from flowerbed.platform.plugins import import_kind
-
-    import_kind("encoder")
-    models = [e.params for e in registry.entries("encoder")]
-    return Annotated[Union[tuple(models)], Field(discriminator="name")]  # noqa: UP007
+    return registry.spec_union("encoder")

@@ -46,12 +46,6 @@ class FqrLearnerParams(Params):
     )
 
 
-def _columns(data: ClientData) -> np.ndarray:
-    if data.columns is None:
-        return np.arange(data.x_train.shape[1], dtype=np.int64)
-    return np.asarray(data.columns, dtype=np.int64)
-
-
 @register("learner", "fqr_local")
 class FqrLearner(Learner):
     """Local linear QR at each requested tau on the client's own feature columns."""
@@ -64,7 +58,9 @@ class FqrLearner(Learner):
         p: FqrLearnerParams = self.params  # type: ignore[assignment]
         taus = np.asarray(payload.config[TAUS], dtype=np.float64)
         try:
-            fit = fit_local(data.x_train, data.y_train, taus, _columns(data), p.cov_type, p.density)
+            fit = fit_local(
+                data.x_train, data.y_train, taus, data.column_ids(), p.cov_type, p.density
+            )
         except (SingularDesignError, np.linalg.LinAlgError) as exc:
             log.warning("client %d: local QR design unusable: %s", data.partition_id, exc)
             return Payload(config={STATUS: STATUS_SINGULAR, REASON: str(exc)})
@@ -77,7 +73,7 @@ class FqrLearner(Learner):
         updated ``(K, 1 + d_m)`` block of the client's columns and their ids.
         """
         del ctx
-        cols = _columns(data)
+        cols = data.column_ids()
         cfg = payload.config
         taus = np.asarray(cfg[TAUS], dtype=np.float64)
         x, y = (

@@ -44,12 +44,6 @@ class InfoAtlasLearnerParams(Params):
     neural_steps: int = Field(500, ge=1, description="MINE/InfoNCE optimisation steps per pair")
 
 
-def _columns(data: ClientData) -> np.ndarray:
-    if data.columns is None:
-        return np.arange(data.x_train.shape[1], dtype=np.int64)
-    return np.asarray(data.columns, dtype=np.int64)
-
-
 @register("learner", "infoatlas")
 class InfoAtlasLearner(Learner):
     """Local MI estimates (feature-label, optionally feature-feature) on private rows."""
@@ -108,7 +102,7 @@ class InfoAtlasLearner(Learner):
         mi, mat = self.screen(
             data.x_train, data.y_train, bool(payload.config.get(PAIRS, False)), ctx.seed
         )
-        arrays = {MI: mi, FEATURES: _columns(data)}
+        arrays = {MI: mi, FEATURES: data.column_ids()}
         if mat is not None:
             arrays[PAIR_MI] = mat
         return Payload(

@@ -27,7 +27,7 @@ import os
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Union
+from typing import Any
 
 import numpy as np
 from pydantic import Field
@@ -194,8 +194,4 @@ def build_vlm(spec: Params) -> VisionLanguageModel:
 
 def vlm_spec_type() -> Any:
     """Discriminated union (on ``name``) of every registered VLM's params."""
-    from flowerbed.platform.plugins import import_kind
-
-    import_kind("vlm")
-    models = [e.params for e in registry.entries("vlm")]
-    return Annotated[Union[tuple(models)], Field(discriminator="name")]  # noqa: UP007
+    return registry.spec_union("vlm")

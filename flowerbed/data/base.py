@@ -150,3 +150,9 @@ class ClientData:
     def num_train(self) -> int:
         """Number of local training examples."""
         return len(self.y_train)
+
+    def column_ids(self) -> np.ndarray:
+        """Global indices (int64) of the client's feature columns: all of them unless restricted."""
+        if self.columns is None:
+            return np.arange(self.x_train.shape[1], dtype=np.int64)
+        return np.asarray(self.columns, dtype=np.int64)

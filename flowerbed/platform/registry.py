@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast
+from typing import Annotated, Any, Literal, TypeVar, Union, cast
 
 from pydantic import BaseModel, ConfigDict, create_model
 
@@ -143,6 +143,25 @@ def names(kind: str) -> list[str]:
 def entries(kind: str) -> list[Entry]:
     """Registered entries of ``kind`` sorted by name."""
     return [_REGISTRY[kind][n] for n in names(kind)]
+
+
+def spec_union(kind: str) -> Any:
+    """Discriminated union (on ``name``) of the params of every registered ``kind``.
+
+    For a component field inside another component's params (a learner's
+    ``encoder:`` or ``vlm:``). The union is fixed when it is built, so every
+    module registering ``kind`` is imported first, also in a process that
+    otherwise imports only what its scenario names.
+    """
+    from pydantic import Field
+
+    from flowerbed.platform.plugins import import_kind
+
+    import_kind(kind)
+    models = tuple(e.params for e in entries(kind))
+    if not models:
+        raise KeyError(f"no {kind} is registered")
+    return Annotated[Union[models], Field(discriminator="name")]  # noqa: UP007
 
 
 def hints(kind: str) -> dict[str, str]:
