@@ -28,7 +28,10 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
-def add_set_option(p: argparse.ArgumentParser) -> None:
+def add_set_option(
+    p: argparse.ArgumentParser,
+    help: str = "override a scenario value (repeatable), e.g. --set strategy.fraction_train=0.5",
+) -> None:
     """Add the repeatable ``--set KEY.PATH=VALUE`` option to a subcommand."""
     p.add_argument(
         "--set",
@@ -36,7 +39,7 @@ def add_set_option(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY.PATH=VALUE",
-        help="override a scenario value (repeatable), e.g. --set strategy.fraction_train=0.5",
+        help=help,
     )
 
 

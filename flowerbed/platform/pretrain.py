@@ -125,7 +125,7 @@ def add_commands(subparsers: Any, commands: dict[str, Any]) -> None:
         "pretrain", help=f"train and cache an artefact a component needs ({names})"
     )
     p.add_argument("target", help=f"one of: {names}")
-    add_set_option(p)
+    add_set_option(p, help="set one of the target's parameters (repeatable), e.g. --set seed=1")
     p.add_argument("--output", default=None, help="write here instead of the cache folder")
     p.add_argument("--force", action="store_true", help="retrain even if the artefact exists")
     commands["pretrain"] = cmd_pretrain
