@@ -5,7 +5,7 @@ Gaussian features, t3 noise, agents on cyclic feature windows. Per tau it report
 the slope MSE (sum over coordinates) of the ensemble (estimated Sigma), the
 ensemble with oracle Sigma, the identity-weight ensemble, Naive-OSFL averaging and
 pooled QR on all rows and features, and the 95% CI coverage of the true slopes
-with the corrected covariance, the spec's plug-in one and oracle Sigma.
+with the corrected covariance, the reference recipe's plug-in one and oracle Sigma.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/fqr_montecarlo.py --reps 200
 """

@@ -1,6 +1,6 @@
 """Exact local quantile-regression solvers for FQR, timed in one process.
 
-Baseline: statsmodels ``QuantReg`` (IRLS, the spec's default). Compared: FQR's
+Baseline: statsmodels ``QuantReg`` (IRLS, the reference recipe's default). Compared: FQR's
 dual LP through HiGHS (``flowerbed.algorithms.fqr_local.quantreg``), scipy
 ``linprog`` on the primal LP (HiGHS), scikit-learn ``QuantileRegressor``
 (``solver='highs'``, ``alpha=0``). Prints each solver's time as a ratio to the

@@ -9,8 +9,8 @@ columns ``S_m``; under a Gaussian design its local QR slope estimates
 ``beta = (sum T' W T)^-1 sum T' W gamma``; ``W_m = V_m^-1`` (``optimal``) gives the
 Loewner-minimum covariance ``(sum T' V^-1 T)^-1``.
 
-Beyond the spec: :func:`sigma_noise_cov` adds the first-order variance that the
-estimated ``Sigma`` contributes through ``T_m`` (the spec's plug-in ignores it and
+Beyond the reference recipe: :func:`sigma_noise_cov` adds the first-order variance that the
+estimated ``Sigma`` contributes through ``T_m`` (the reference recipe's plug-in ignores it and
 under-covers, §1.7). Pure numpy: no Flower, no Ray.
 """
 
@@ -95,7 +95,7 @@ class Ensemble:
         Asymptotic covariance ``(K, d, d)`` (QR noise plus, when ``sigma`` was
         estimated and the correction is on, the noise of the estimated ``Sigma``).
     cov_qr
-        The QR-noise part alone (the spec's plug-in formula).
+        The QR-noise part alone (the reference recipe's plug-in formula).
     """
 
     beta: np.ndarray
@@ -234,7 +234,7 @@ def calibrate_intercepts(
     """Intercept per tau as the tau-quantile of ``y - x' slope`` on calibration data.
 
     Slopes alone cannot give the intercept (each agent's absorbs its own omitted-
-    feature noise, spec §1.4.6); this fits it on a held-out calibration set.
+    feature noise); this fits it on a held-out calibration set.
     """
     resid = y[None, :] - slopes @ x.T
     return np.array([np.quantile(r, t) for r, t in zip(resid, taus, strict=True)])

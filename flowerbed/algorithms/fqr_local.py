@@ -4,7 +4,7 @@ Local step of the one-shot federated quantile-regression ensemble ("FQR", ICML 2
 OpenReview 8dWiSr6G4q), as reconstructed in ``docs/methods/fqr.md`` §1.3:
 each agent fits linear QR (Koenker & Bassett, 1978) on its own feature columns at
 every quantile level, estimates the residual density at zero (Siddiqui difference
-quotient with the Hall & Sheather (1988) bandwidth; the spec's Gaussian kernel is an
+quotient with the Hall & Sheather (1988) bandwidth; the reference recipe's Gaussian kernel is an
 option) and reports the sandwich covariance.
 
 The solver is the dual linear programme of Koenker (2005, §6.2) solved by HiGHS:
@@ -85,7 +85,7 @@ def residual_density(
 
     ``siddiqui`` (default): the difference quotient ``2 h / (Q_u(tau + h) - Q_u(tau - h))``
     of the residual quantiles with the Hall-Sheather ``h`` (Koenker 2005 §3.4.1).
-    ``kernel``: the spec's Gaussian kernel at 0 with
+    ``kernel``: the reference recipe's Gaussian kernel at 0 with
     ``h = [Phi^-1(tau + h_HS) - Phi^-1(tau - h_HS)] * min(sd, IQR / 1.34)``; on t3-type
     noise it overstates the tail density by ~9% and understates the centre by ~9%
     (measured), which is why it is not the default.
@@ -170,7 +170,7 @@ def sandwich(
     """Asymptotic covariance of the QR slopes (intercept block dropped).
 
     ``iid``: ``tau (1 - tau) / (n f^2) * S^-1`` with ``S`` the feature covariance,
-    valid when the residual is independent of ``x`` (the FQR model, spec §1.4).
+    valid when the residual is independent of ``x`` (the FQR model).
     ``kernel``: Powell's sandwich ``J^-1 Omega J^-1 / n`` with
     ``J = (n h)^-1 sum K(u_i / h) x_i x_i'``, robust to heteroscedasticity;
     ``h`` is the bandwidth implied by ``fhat``'s Hall-Sheather rule.
