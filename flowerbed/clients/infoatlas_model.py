@@ -25,6 +25,7 @@ import torch
 from pydantic import Field
 
 from flowerbed.algorithms import infoatlas as ia
+from flowerbed.algorithms import infoatlas_training as iat
 from flowerbed.platform.cache import cached_file
 from flowerbed.platform.pretrain import PretrainTarget, ensure_artefact
 from flowerbed.platform.registry import Params
@@ -49,7 +50,7 @@ class InfoAtlasPretrainParams(Params):
     lr: float = Field(1e-3, gt=0)
     seed: int = 0
 
-    def configs(self) -> tuple[ia.NetConfig, ia.TrainConfig]:
+    def configs(self) -> tuple[ia.NetConfig, iat.TrainConfig]:
         """The algorithm's network and training configurations."""
         net = ia.NetConfig(
             max_dim=self.max_dim,
@@ -58,7 +59,7 @@ class InfoAtlasPretrainParams(Params):
             inducing=self.inducing,
             critic_hidden=self.critic_hidden,
         )
-        train = ia.TrainConfig(
+        train = iat.TrainConfig(
             steps=self.steps,
             batch=self.batch,
             n_min=self.n_min,
@@ -95,7 +96,7 @@ def run(params: InfoAtlasPretrainParams, output: Path) -> dict[str, float]:
         )
 
     try:
-        net, metrics = ia.pretrain(net_cfg, train_cfg, progress)
+        net, metrics = iat.pretrain(net_cfg, train_cfg, progress)
     finally:
         torch.set_num_threads(threads)
     tmp = output.with_name(output.name + f".tmp{os.getpid()}")
