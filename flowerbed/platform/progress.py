@@ -56,7 +56,9 @@ class LiveProgress:
                 {
                     k: v
                     for k, v in row.items()
-                    if k.count("/") == 2 and k.rsplit("/", 1)[1] in self.shown
+                    # a summary name is a bare metric or "split/metric"
+                    if k.count("/") == 2
+                    and (k.rsplit("/", 1)[1] in self.shown or k.split("/", 1)[1] in self.shown)
                 }
             )
         self.live.update(self._render())
