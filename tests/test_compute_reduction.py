@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import tiny_sweep_scenario
 
 import flowerbed
 from flowerbed.algorithms import compute_theory as ct
@@ -198,18 +199,11 @@ def _learner(**params):
 
 
 def _tiny_spec(**learner):
-    return {
-        "name": "cr_tiny",
-        "seed": 0,
-        "num_clients": 2,
-        "rounds": 1,
-        "dataset": {"name": "digits"},
-        "partition": {"name": "iid"},
-        "model": {"name": "mlp", "hidden": [8]},
-        "learner": {"name": "sgd_pruned", **learner},
-        "strategy": {"name": "fedavg", "fraction_evaluate": 0.0},
-        "engine": {"name": "inline"},
-    }
+    return tiny_sweep_scenario(
+        name="cr_tiny",
+        learner={"name": "sgd_pruned", **learner},
+        strategy={"name": "fedavg", "fraction_evaluate": 0.0},
+    )
 
 
 def test_compress_keeps_shapes_dtypes_and_prunes_the_update():

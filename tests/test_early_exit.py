@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_sweep_scenario
 from torch.nn import functional as F
 
 import flowerbed
@@ -88,18 +89,12 @@ def test_multi_exit_loss_is_the_weighted_sum_of_cross_entropies():
 
 
 def _spec(**learner):
-    return {
-        "name": "ee_tiny",
-        "seed": 0,
-        "num_clients": 2,
-        "rounds": 1,
-        "dataset": {"name": "digits"},
-        "partition": {"name": "iid"},
-        "model": {"name": "early_exit_mlp", "hidden": [16, 32, 16], "exits": [1, 2]},
-        "learner": {"name": "sgd_early_exit", **learner},
-        "strategy": {"name": "fedavg", "fraction_evaluate": 0.0},
-        "engine": {"name": "inline"},
-    }
+    return tiny_sweep_scenario(
+        name="ee_tiny",
+        model={"name": "early_exit_mlp", "hidden": [16, 32, 16], "exits": [1, 2]},
+        learner={"name": "sgd_early_exit", **learner},
+        strategy={"name": "fedavg", "fraction_evaluate": 0.0},
+    )
 
 
 def _learner_and_data(**learner):
