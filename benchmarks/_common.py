@@ -6,6 +6,7 @@ folder (``python benchmarks/<name>.py`` puts this folder on ``sys.path``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -239,17 +240,22 @@ def simulate(
     client_app: Any,
     num_nodes: int,
     config: dict[str, Any],
+    *,
+    indexed: bool = False,
 ) -> SimRun:
     """Run ``body`` as a ServerApp main under ``run_simulation`` and time it.
 
     ``body`` gets the timing grid and may return extra values to keep. Its
     exceptions are re-raised here. One BLAS/OpenMP thread per worker, as
-    flowerbed's runner sets, for every arm.
+    flowerbed's runner sets, for every arm. ``indexed`` installs flowerbed's
+    indexed LinkState (what flowerbed's engine runs on); ``False`` keeps
+    Flower's stock in-memory state.
     """
     from flwr.app import Context
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
 
+    from flowerbed.platform.linkstate import indexed_link_state
     from flowerbed.platform.runner import quiet_flower, worker_threads
 
     app = ServerApp()
@@ -268,7 +274,8 @@ def simulate(
             outcome["error"] = exc
 
     _worker_path()
-    with quiet_flower(), worker_threads(config["client_resources"]["num_cpus"]):
+    link_state = indexed_link_state() if indexed else contextlib.nullcontext()
+    with quiet_flower(), worker_threads(config["client_resources"]["num_cpus"]), link_state:
         run.called = time.perf_counter()
         run_simulation(
             server_app=app,

@@ -17,6 +17,11 @@ the two alternate in one process (A B A B ...), so the ratio is robust to load:
   ``state.config_records`` (a copy of the map) and the data-cache key
   (``model_dump`` of four blocks + ``json.dumps``) per message. *After*: the
   record read in place, the data memoised per scenario text.
+* **delivery sweep**: one pass of the simulation engine's delivery loop
+  (``get_message_ins(node, limit=1)`` for every node, done every 0.1 s) with
+  1,000 nodes and 1,000 delivered messages awaiting replies. *Before*:
+  Flower's ``InMemoryLinkState``, which walks the whole store per node.
+  *After*: flowerbed's ``IndexedLinkState`` (undelivered ids per node).
 
 Run ``python benchmarks/core_fixes.py`` (full) or ``--quick``.
 """
@@ -160,6 +165,40 @@ def lookup(repeats: int, messages: int) -> dict[str, float]:
     return {k: median(v) for k, v in times.items()}
 
 
+def delivery_sweep(nodes: int, repeats: int) -> dict[str, float]:
+    """ms for one sweep of the simulation's delivery loop, Flower's state vs the indexed one.
+
+    Every node has one message that was already delivered and awaits its reply:
+    the state of a round in progress, when the loop finds nothing new to hand
+    out. The sweep is what Flower's loop does every 0.1 s: ``get_message_ins``
+    for each node, ``limit=1``.
+    """
+    from flwr.app import Message, RecordDict
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.server.superlink.linkstate import LinkStateFactory
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from flowerbed.platform.linkstate import IndexedLinkStateFactory, simulation_state
+
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 2, 1, SUPERLINK_NODE_ID
+    states = {}
+    for mode, factory in (("before", LinkStateFactory), ("after", IndexedLinkStateFactory)):
+        grid, ids = simulation_state(factory, nodes, run_id=1, task_id=2)
+        grid.push_messages([Message(RecordDict(), node, "train") for node in ids])
+        for node in ids:
+            assert len(grid.state.get_message_ins(node_id=node, limit=1)) == 1
+        states[mode] = (grid.state, ids)
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    for i in range(repeats):
+        for mode in ("before", "after") if i % 2 == 0 else ("after", "before"):
+            state, ids = states[mode]
+            start = time.perf_counter()
+            for node in ids:
+                state.get_message_ins(node_id=node, limit=1)
+            times[mode].append(1e3 * (time.perf_counter() - start))
+    return {k: median(v) for k, v in times.items()}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Measure every before/after pair and print the ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -170,6 +209,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     workers = worker_startup(reps)
     pack = broadcast(1000, 5 if args.quick else 11)
     look = lookup(5 if args.quick else 11, 500)
+    sweep = delivery_sweep(1000, 3 if args.quick else 5)
     w = {m: {k: median(r[k] for r in workers[m]) for k in workers[m][0]} for m in workers}
     rows = [
         ["worker start-up s (import, setup, 1st train)", w["before"]["s"], w["after"]["s"]],
@@ -179,6 +219,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ["broadcast packing ms / ask (1,000 clients, 1,000 floats)",
          pack["before"], pack["after"]],
         ["client lookup µs / message", look["before"], look["after"]],
+        ["delivery sweep ms (1,000 nodes, 1,000 messages in flight)",
+         sweep["before"], sweep["after"]],
     ]
     rows = [[*r, r[2] / r[1]] for r in rows]
     print_table(
@@ -191,12 +233,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         Check("core fixes: worker peak RSS after / before", rows[1][3], 1.0),
         Check("core fixes: broadcast packing after / before", rows[3][3], 1.0),
         Check("core fixes: client lookup after / before", rows[4][3], 1.0),
+        Check("core fixes: delivery sweep after / before", rows[5][3], 1.0),
     ]
     print_checks(checks)
     payload = {
         "workers": workers,
         "broadcast_ms": pack,
         "lookup_us": look,
+        "delivery_sweep_ms": sweep,
         "rows": rows,
         "load_start": load_start,
         "load_end": load_avg(),

@@ -122,6 +122,7 @@ def sim_arm(arm: str, scenario: Any, rounds: int) -> SimRun:
             client_app(),
             n,
             fb_backend(scenario),
+            indexed=True,
         )
     return simulate(
         "raw Flower sim",

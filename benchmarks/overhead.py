@@ -91,7 +91,9 @@ def flowerbed_arm(scenario: Any) -> SimRun:
         summary = serve(grid, scenario, Recorder(scenario, None))
         return {"accuracy": summary["results"]["federated"].get("test/accuracy")}
 
-    return simulate("flowerbed", body, client_app(), scenario.num_clients, fb_backend(scenario))
+    return simulate(
+        "flowerbed", body, client_app(), scenario.num_clients, fb_backend(scenario), indexed=True
+    )
 
 
 def raw_server(scenario: Any, init: dict[str, np.ndarray]) -> Any:

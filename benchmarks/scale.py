@@ -174,7 +174,9 @@ def raw_points(
     return {"points": points}
 
 
-def raw_arm(sizes: list[int], rounds: int, memory: TreeMemory) -> tuple[Any, list[dict[str, Any]]]:
+def raw_arm(
+    sizes: list[int], rounds: int, memory: TreeMemory, link_state: str = "stock"
+) -> tuple[Any, list[dict[str, Any]]]:
     """Flower's FedAvg and a hand-written ClientApp at each size, in one simulation.
 
     The same layout as flowerbed's arm (one ``run_simulation`` with the
@@ -196,6 +198,7 @@ def raw_arm(sizes: list[int], rounds: int, memory: TreeMemory) -> tuple[Any, lis
             raw_flower_app.train_app,
             max(sizes),
             backend_config(1.0, ray_num_cpus=2),
+            indexed=link_state == "indexed",
         )
     return run, [figures(p, run.phases, memory) for p in run.extra["points"]]
 
@@ -243,6 +246,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--kinds", nargs="+", choices=("fqr", "fedavg"), default=["fqr", "fedavg"],
         help="which flowerbed points to run",
     )
+    parser.add_argument(
+        "--link-state", choices=("indexed", "stock"), default="indexed",
+        help="flowerbed arm's LinkState: flowerbed's indexed one (default) or Flower's stock one",
+    )
+    parser.add_argument(
+        "--raw-link-state", choices=("stock", "indexed"), default="stock",
+        help="raw Flower arm's LinkState: Flower's stock one (default) or flowerbed's indexed one",
+    )
     args = parser.parse_args(argv)
     sizes = args.sizes or ([10, 100] if args.quick else [10, 100, 1000])
     if args.raw_sizes is not None:
@@ -259,12 +270,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             client_app(),
             max(sizes),
             config,
+            indexed=args.link_state == "indexed",
         )
         rows = [figures(p, run.phases, memory) for p in run.extra["points"]]
         overall = memory.peak(run.called, run.ended or float("inf"))
         raw_run, raw_rows = (None, [])
         if raw_sizes:
-            raw_run, raw_rows = raw_arm(raw_sizes, args.rounds, memory)
+            raw_run, raw_rows = raw_arm(raw_sizes, args.rounds, memory, args.raw_link_state)
     raw_peak = memory.peak(raw_run.called, raw_run.ended or float("inf")) if raw_run else None
     startups = f"start-up to first reply: flowerbed {run.startup_s:.1f} s" + (
         f", raw Flower {raw_run.startup_s:.1f} s" if raw_run else ""

@@ -98,7 +98,7 @@ def run_ray(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             outcome["error"] = exc
 
-    with quiet_flower(), worker_threads(scenario.engine.client_resources.num_cpus):
+    with simulation_engine(scenario):
         run_simulation(
             server_app=server_app,
             client_app=client_app(),
@@ -111,6 +111,19 @@ def run_ray(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
         raise RuntimeError("the Flower simulation ended without running the ServerApp")
     summary: dict[str, Any] = outcome["summary"]
     return summary
+
+
+@contextlib.contextmanager
+def simulation_engine(scenario: Scenario) -> Iterator[None]:
+    """Settings around a ``run_simulation`` call: quiet logs, worker threads, indexed LinkState."""
+    from flowerbed.platform.linkstate import indexed_link_state
+
+    with (
+        quiet_flower(),
+        worker_threads(scenario.engine.client_resources.num_cpus),
+        indexed_link_state(),
+    ):
+        yield
 
 
 @contextlib.contextmanager

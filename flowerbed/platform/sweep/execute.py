@@ -153,7 +153,7 @@ def run_simulation_group(points: list[SweepPoint], executor: _Executor) -> int:
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
 
-    from flowerbed.platform.runner import backend_config, client_app, quiet_flower, worker_threads
+    from flowerbed.platform.runner import backend_config, client_app, simulation_engine
     from flowerbed.platform.server import serve
 
     attempted: set[int] = set()
@@ -169,7 +169,7 @@ def run_simulation_group(points: list[SweepPoint], executor: _Executor) -> int:
     first = points[0].scenario
     reason = "the ServerApp never ran"
     try:
-        with quiet_flower(), worker_threads(first.engine.client_resources.num_cpus):
+        with simulation_engine(first):
             run_simulation(
                 server_app=server_app,
                 client_app=client_app(),
