@@ -22,6 +22,14 @@ the two alternate in one process (A B A B ...), so the ratio is robust to load:
   1,000 nodes and 1,000 delivered messages awaiting replies. *Before*:
   Flower's ``InMemoryLinkState``, which walks the whole store per node.
   *After*: flowerbed's ``IndexedLinkState`` (undelivered ids per node).
+* **array codec**: encoding and decoding one MLP update's four arrays.
+  *Before*: Flower's ``Array(ndarray)`` / ``Array.numpy()`` (``np.save`` /
+  ``np.load``, which parse the ``.npy`` header each time). *After*:
+  ``encode_array`` / ``decode_array`` (same bytes, header cached per dtype
+  and shape).
+* **torch seeding** before a client trains. *Before*: ``torch.manual_seed``
+  (which also queues a CUDA seeding with a stack trace). *After*:
+  ``seed_torch`` (CPU generator; CUDA's only on a GPU). Same numbers.
 
 Run ``python benchmarks/core_fixes.py`` (full) or ``--quick``.
 """
@@ -199,6 +207,54 @@ def delivery_sweep(nodes: int, repeats: int) -> dict[str, float]:
     return {k: median(v) for k, v in times.items()}
 
 
+def codec(repeats: int, messages: int) -> dict[str, float]:
+    """µs to encode and decode one MLP update's arrays (Flower's codec vs flowerbed's)."""
+    from flwr.app import Array, ArrayRecord
+
+    from flowerbed.platform.messages import decode_array, encode_array
+
+    rng = np.random.default_rng(0)
+    weights = {
+        "0.weight": rng.normal(size=(64, 20)).astype(np.float32),
+        "0.bias": rng.normal(size=64).astype(np.float32),
+        "2.weight": rng.normal(size=(4, 64)).astype(np.float32),
+        "2.bias": rng.normal(size=4).astype(np.float32),
+    }
+
+    def before() -> Any:
+        record = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in weights.items()})
+        return {k: a.numpy() for k, a in record.items()}
+
+    def after() -> Any:
+        record = ArrayRecord({k: encode_array(v) for k, v in weights.items()})
+        return {k: decode_array(a) for k, a in record.items()}
+
+    return _alternate({"before": before, "after": after}, repeats, messages)
+
+
+def seeding(repeats: int, calls: int) -> dict[str, float]:
+    """µs per torch seeding before a client trains (``torch.manual_seed`` vs ``seed_torch``)."""
+    import torch
+
+    from flowerbed.clients.torch_learner import seed_torch
+
+    cpu = torch.device("cpu")
+    fns = {"before": lambda: torch.manual_seed(1), "after": lambda: seed_torch(1, cpu)}
+    return _alternate(fns, repeats, calls)
+
+
+def _alternate(fns: dict[str, Any], repeats: int, calls: int) -> dict[str, float]:
+    """Median µs per call of each function, the two alternated (A B, B A, ...)."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for i in range(repeats):
+        for mode in list(fns) if i % 2 == 0 else list(fns)[::-1]:
+            start = time.perf_counter()
+            for _ in range(calls):
+                fns[mode]()
+            times[mode].append(1e6 * (time.perf_counter() - start) / calls)
+    return {k: median(v) for k, v in times.items()}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Measure every before/after pair and print the ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -210,6 +266,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     pack = broadcast(1000, 5 if args.quick else 11)
     look = lookup(5 if args.quick else 11, 500)
     sweep = delivery_sweep(1000, 3 if args.quick else 5)
+    arrays = codec(5 if args.quick else 11, 200)
+    seeds = seeding(5 if args.quick else 11, 200)
     w = {m: {k: median(r[k] for r in workers[m]) for k in workers[m][0]} for m in workers}
     rows = [
         ["worker start-up s (import, setup, 1st train)", w["before"]["s"], w["after"]["s"]],
@@ -221,6 +279,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ["client lookup µs / message", look["before"], look["after"]],
         ["delivery sweep ms (1,000 nodes, 1,000 messages in flight)",
          sweep["before"], sweep["after"]],
+        ["array codec µs / MLP update (encode + decode, 4 arrays)",
+         arrays["before"], arrays["after"]],
+        ["torch seeding µs / training call", seeds["before"], seeds["after"]],
     ]
     rows = [[*r, r[2] / r[1]] for r in rows]
     print_table(
@@ -234,6 +295,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         Check("core fixes: broadcast packing after / before", rows[3][3], 1.0),
         Check("core fixes: client lookup after / before", rows[4][3], 1.0),
         Check("core fixes: delivery sweep after / before", rows[5][3], 1.0),
+        Check("core fixes: array codec after / before", rows[6][3], 1.0),
+        Check("core fixes: torch seeding after / before", rows[7][3], 1.0),
     ]
     print_checks(checks)
     payload = {
@@ -241,6 +304,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "broadcast_ms": pack,
         "lookup_us": look,
         "delivery_sweep_ms": sweep,
+        "codec_us": arrays,
+        "seeding_us": seeds,
         "rows": rows,
         "load_start": load_start,
         "load_end": load_avg(),
