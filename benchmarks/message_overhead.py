@@ -129,7 +129,7 @@ def sim_arm(arm: str, scenario: Any, rounds: int, raw_indexed: bool = False) -> 
             indexed=True,
         )
     return simulate(
-        "raw Flower sim",
+        "raw Flower sim (indexed)" if raw_indexed else "raw Flower sim",
         lambda g: raw_rounds(g, n, rounds),
         raw_flower_app.trivial_app,
         n,
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             records.append(rec)
             print(f"  {rec}", file=sys.stderr)
     fb_sim = median(r["us_per_update"] for r in records if r["arm"] == "flowerbed sim")
-    raw_sim = median(r["us_per_update"] for r in records if r["arm"] == "raw Flower sim")
+    raw_sim = median(r["us_per_update"] for r in records if r["arm"] != "flowerbed sim")
     pair_ratios = []
     for a, b in zip(records[0::2], records[1::2], strict=False):
         f, r = (a, b) if a["arm"] == "flowerbed sim" else (b, a)

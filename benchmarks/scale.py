@@ -12,8 +12,12 @@ nodes of partitions ``0..N-1``. Each point is a real scenario run:
   local epoch, server evaluation every round.
 
 Peak memory is the summed RSS (and PSS) of the driver and every descendant
-(Ray GCS, raylet, workers), sampled by a thread. Ray gets 2 CPUs, one per
-client. Run ``python benchmarks/scale.py`` (full) or ``--quick``.
+(Ray GCS, raylet, workers), sampled by a separate process. Ray gets 2 CPUs,
+one per client. The flowerbed arm runs on flowerbed's indexed LinkState, as
+its engine does (``--link-state stock``: Flower's, for before/after); the
+raw Flower arm on Flower's stock state (``--raw-link-state indexed``: like
+for like). Run ``python benchmarks/scale.py`` (full) or ``--quick`` (the
+same sizes without the raw Flower arm).
 """
 
 from __future__ import annotations
@@ -232,7 +236,9 @@ def figures(point: dict[str, Any], phases: list[Any], memory: TreeMemory) -> dic
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run every point in one simulation per arm and print the table and the targets."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="10 and 100 clients only")
+    parser.add_argument(
+        "--quick", action="store_true", help="no raw Flower arm"
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=None)
     parser.add_argument("--rounds", type=int, default=3, help="FedAvg rounds per point")
     parser.add_argument(
@@ -255,7 +261,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="raw Flower arm's LinkState: Flower's stock one (default) or flowerbed's indexed one",
     )
     args = parser.parse_args(argv)
-    sizes = args.sizes or ([10, 100] if args.quick else [10, 100, 1000])
+    sizes = args.sizes or [10, 100, 1000]
     if args.raw_sizes is not None:
         raw_sizes = args.raw_sizes
     else:
@@ -353,6 +359,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "sizes": sizes,
         "raw_sizes": raw_sizes,
         "rounds": args.rounds,
+        "link_state": args.link_state,
+        "raw_link_state": args.raw_link_state,
         "startup_s": run.startup_s,
         "raw_startup_s": raw_run.startup_s if raw_run else None,
         "points": rows,
@@ -364,7 +372,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "raw_finals": [p["final"] for p in raw_run.extra["points"]] if raw_run else [],
         "load_end": load_avg(),
     }
-    save("scale", args.quick, payload, checks)
+    name = "scale" + ("_stock" if args.link_state == "stock" else "")
+    name += "_raw_indexed" if args.raw_link_state == "indexed" else ""
+    save(name, args.quick, payload, checks)
     return payload
 
 

@@ -113,3 +113,28 @@ def test_unknown_flower_layout_falls_back_with_warning(
     with caplog.at_level("WARNING"), indexed_link_state():
         assert not hasattr(module, "LinkStateFactory")
     assert "unindexed" in caplog.text
+
+
+def test_simulation_engine_runs_flower_on_the_indexed_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``run_ray`` calls ``run_simulation`` with the indexed factory installed, then restores it."""
+    import flwr.simulation
+    from conftest import tiny_scenario
+
+    from flowerbed.platform.results import Recorder
+    from flowerbed.platform.runner import run_ray
+    from flowerbed.platform.scenario import from_dict
+
+    module = importlib.import_module("flwr.simulation.run_simulation")
+    seen: list[type] = []
+
+    def fake_run_simulation(**kwargs: object) -> None:
+        seen.append(module.LinkStateFactory)
+
+    monkeypatch.setattr(flwr.simulation, "run_simulation", fake_run_simulation)
+    scenario = from_dict(tiny_scenario(engine={"name": "simulation"}))
+    with pytest.raises(RuntimeError, match="without running the ServerApp"):
+        run_ray(scenario, Recorder(scenario, None))
+    assert seen == [IndexedLinkStateFactory]
+    assert module.LinkStateFactory is LinkStateFactory
