@@ -12,7 +12,14 @@ import flowerbed
 from flowerbed.platform.results import load_result
 from flowerbed.platform.runner import RunError
 
-RUN_FILES = {"scenario.resolved.yaml", "metrics.jsonl", "summary.json", "clients.json", "run.log"}
+RUN_FILES = {
+    "scenario.resolved.yaml",
+    "metrics.jsonl",
+    "client_metrics.jsonl",
+    "summary.json",
+    "clients.json",
+    "run.log",
+}
 
 
 def test_inline_run_writes_every_result_file(tmp_path):
@@ -158,3 +165,27 @@ def test_sgd_learner_uses_cpu_unless_gpus_are_reserved_and_visible(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert learner(0.5).device().type == "cuda"
     assert learner(0).device().type == "cpu"
+
+
+def test_each_clients_metrics_are_kept_and_match_the_aggregate(tmp_path):
+    """``client_metrics.jsonl``: one row per client and phase; the example-weighted mean of
+    the clients' evaluate accuracies is the aggregate ``metrics.jsonl`` reports."""
+    result = flowerbed.run(tiny_scenario(baselines=[]), output_dir=tmp_path)
+    assert result.run_dir is not None
+    per_client = [
+        json.loads(x) for x in (result.run_dir / "client_metrics.jsonl").read_text().splitlines()
+    ]
+    rows = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    for rnd in (1, 2):
+        train = [r for r in per_client if r["round"] == rnd and r["phase"] == "train"]
+        assert sorted(r["client"] for r in train) == [0, 1, 2, 3]
+        assert all(r["num_examples"] > 0 and "loss" in r for r in train)
+        ev = [r for r in per_client if r["round"] == rnd and r["phase"] == "evaluate"]
+        weights = np.array([r["num_examples"] for r in ev], dtype=float)
+        accs = np.array([r["accuracy"] for r in ev])
+        (agg,) = [
+            r["evaluate/local_test/accuracy"]
+            for r in rows
+            if r.get("round") == rnd and "evaluate/local_test/accuracy" in r
+        ]
+        assert agg == pytest.approx(float(weights @ accs / weights.sum()), abs=1e-9)

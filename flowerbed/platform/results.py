@@ -24,6 +24,7 @@ SCENARIO_FILE = "scenario.resolved.yaml"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 CLIENTS_FILE = "clients.json"
+CLIENT_METRICS_FILE = "client_metrics.jsonl"
 LOG_FILE = "run.log"
 
 
@@ -38,7 +39,12 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def append_line(path: Path, line: str) -> None:
-    """Append ``line`` and a newline with one ``write`` call, then sync it to disk.
+    """Append ``line`` and a newline; see :func:`append_lines`."""
+    append_lines(path, [line])
+
+
+def append_lines(path: Path, lines: list[str]) -> None:
+    """Append ``lines``, each with a newline, with one ``write`` call, then sync it to disk.
 
     Python's buffered files split writes larger than their buffer into several
     system calls, so a process killed between them would leave half a row. One
@@ -50,10 +56,10 @@ def append_line(path: Path, line: str) -> None:
     ----------
     path
         The JSON-lines file (created if missing).
-    line
-        One row, without its newline; it must not contain one.
+    lines
+        Rows without their newlines; none may contain one.
     """
-    data = (line + "\n").encode()
+    data = "".join(line + "\n" for line in lines).encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         written = os.write(fd, data)
@@ -167,6 +173,32 @@ class Recorder:
                 "round %d %s: no reply from clients %s", server_round, message_type, replies.missing
             )
         self._append(row)
+        self._client_metrics(message_type, server_round, replies)
+
+    def _client_metrics(self, message_type: str, server_round: int, replies: Replies) -> None:
+        """One ``client_metrics.jsonl`` row per usable reply that carries metrics.
+
+        ``metrics.jsonl`` holds the aggregates; this keeps each client's own
+        figures (per-client accuracy, fairness across clients) without
+        inflating the rows every listener sees.
+        """
+        if self.run_dir is None:
+            return
+        lines = [
+            json.dumps(
+                {
+                    "round": server_round,
+                    "phase": message_type,
+                    "client": pid,
+                    "num_examples": p.num_examples,
+                    **p.metrics,
+                }
+            )
+            for pid, p in sorted(replies.ok.items())
+            if p.metrics
+        ]
+        if lines:
+            append_lines(self.run_dir / CLIENT_METRICS_FILE, lines)
 
     def event(self, name: str, **info: Any) -> None:
         """Record a notable event (connection, baseline start, error)."""

@@ -10,7 +10,14 @@ from typing import Any
 
 import yaml
 
-from flowerbed.platform.results import SUMMARY_FILE, atomic_write
+from flowerbed.platform.results import (
+    CLIENT_METRICS_FILE,
+    CLIENTS_FILE,
+    LOG_FILE,
+    METRICS_FILE,
+    SUMMARY_FILE,
+    atomic_write,
+)
 from flowerbed.platform.sweep.plan import SweepPlan, SweepPoint
 
 PLAN_FILE = "sweep.json"
@@ -21,7 +28,8 @@ ERROR_FILE = "error.txt"
 PREVIOUS_DIR = "previous"
 #: Files a point attempt writes; an unfinished attempt's are moved aside before a retry.
 ATTEMPT_FILES = (
-    "metrics.jsonl", "run.log", "clients.json", SUMMARY_FILE, STATUS_FILE, ERROR_FILE,
+    METRICS_FILE, CLIENT_METRICS_FILE, LOG_FILE, CLIENTS_FILE, SUMMARY_FILE, STATUS_FILE,
+    ERROR_FILE,
 )
 
 
