@@ -25,8 +25,8 @@ from flowerbed.algorithms.infoatlas import (
     context_of,
     dv_bound,
     estimate_many,
-    prepare,
 )
+from flowerbed.algorithms.infoatlas_prep import prepare
 from flowerbed.algorithms.mi_reference import (
     correlated_gaussian,
     correlation_for_mi,
