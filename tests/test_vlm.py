@@ -139,7 +139,7 @@ def two_tower(tiny_two_tower: tuple[Path, dict], monkeypatch: pytest.MonkeyPatch
 @needs_fashion
 def test_two_tower_pretraining_learns_the_seen_classes(tiny_two_tower):
     """300 rows, 8 seen classes: far above chance (1/10) on held-out test rows."""
-    from flowerbed.clients.vlm_two_tower import fashion_rows
+    from flowerbed.clients.two_tower_captions import fashion_rows
 
     _, metrics = tiny_two_tower
     _, labels = fashion_rows(FASHION_DIR, "train", slice(60000 - 300, None))
