@@ -179,10 +179,10 @@ def test_each_clients_metrics_are_kept_and_match_the_aggregate(tmp_path):
     for rnd in (1, 2):
         train = [r for r in per_client if r["round"] == rnd and r["phase"] == "train"]
         assert sorted(r["client"] for r in train) == [0, 1, 2, 3]
-        assert all(r["num_examples"] > 0 and "loss" in r for r in train)
+        assert all(r["num_examples"] > 0 and "loss" in r["metrics"] for r in train)
         ev = [r for r in per_client if r["round"] == rnd and r["phase"] == "evaluate"]
         weights = np.array([r["num_examples"] for r in ev], dtype=float)
-        accs = np.array([r["accuracy"] for r in ev])
+        accs = np.array([r["metrics"]["accuracy"] for r in ev])
         (agg,) = [
             r["evaluate/local_test/accuracy"]
             for r in rows

@@ -180,7 +180,8 @@ class Recorder:
 
         ``metrics.jsonl`` holds the aggregates; this keeps each client's own
         figures (per-client accuracy, fairness across clients) without
-        inflating the rows every listener sees.
+        inflating the rows every listener sees. The client's metrics sit under
+        ``metrics`` so a client metric named ``round`` cannot overwrite the row's.
         """
         if self.run_dir is None:
             return
@@ -191,7 +192,7 @@ class Recorder:
                     "phase": message_type,
                     "client": pid,
                     "num_examples": p.num_examples,
-                    **p.metrics,
+                    "metrics": p.metrics,
                 }
             )
             for pid, p in sorted(replies.ok.items())
