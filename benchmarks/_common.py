@@ -6,6 +6,7 @@ folder (``python benchmarks/<name>.py`` puts this folder on ``sys.path``).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -377,6 +378,26 @@ def _script(path: str) -> str:
         return str(Path(path).resolve().relative_to(BENCH_DIR.parent))
     except ValueError:
         return Path(path).name
+
+
+def add_raw_link_state(parser: argparse.ArgumentParser) -> None:
+    """``--raw-link-state``: the raw Flower arm on Flower's stock LinkState (the
+    issue's baseline, default) or on flowerbed's indexed one (like for like)."""
+    parser.add_argument(
+        "--raw-link-state", choices=("stock", "indexed"), default="stock",
+        help="raw Flower arm's LinkState: Flower's stock one (default) or flowerbed's indexed one",
+    )
+
+
+def result_name(base: str, raw_link_state: str, link_state: str = "indexed") -> str:
+    """File stem for a run: ``_stock`` when flowerbed ran on Flower's LinkState,
+    ``_raw_indexed`` when the raw arm ran on flowerbed's, so variants never
+    overwrite the default figures."""
+    return (
+        base
+        + ("_stock" if link_state == "stock" else "")
+        + ("_raw_indexed" if raw_link_state == "indexed" else "")
+    )
 
 
 def save(name: str, quick: bool, payload: dict[str, Any], checks: list[Check]) -> Path:

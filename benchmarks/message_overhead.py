@@ -31,11 +31,13 @@ from _common import (
     Check,
     SimRun,
     TimedGrid,
+    add_raw_link_state,
     backend_config,
     load_avg,
     median,
     print_checks,
     print_table,
+    result_name,
     save,
     simulate,
 )
@@ -179,10 +181,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--pairs", type=int, default=None, help="simulation A/B pairs")
     parser.add_argument("--warmup", type=int, default=1, help="discarded simulations first")
-    parser.add_argument(
-        "--raw-link-state", choices=("stock", "indexed"), default="stock",
-        help="raw Flower arm on Flower's stock LinkState (default) or flowerbed's indexed one",
-    )
+    add_raw_link_state(parser)
     args = parser.parse_args(argv)
     raw_indexed = args.raw_link_state == "indexed"
     clients = args.clients or (50 if args.quick else 200)
@@ -252,8 +251,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ratios": ratios,
         "load_end": load_avg(),
     }
-    name = "message_overhead" + ("_raw_indexed" if raw_indexed else "")
-    save(name, args.quick, payload, checks)
+    save(result_name("message_overhead", args.raw_link_state), args.quick, payload, checks)
     return payload
 
 

@@ -30,11 +30,13 @@ from _common import (
     Check,
     SimRun,
     TimedGrid,
+    add_raw_link_state,
     backend_config,
     load_avg,
     median,
     print_checks,
     print_table,
+    result_name,
     save,
     simulate,
 )
@@ -206,10 +208,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default=None,
         help="discarded runs before measuring, raw Flower first (default 2, quick 1)",
     )
-    parser.add_argument(
-        "--raw-link-state", choices=("stock", "indexed"), default="stock",
-        help="raw Flower arm on Flower's stock LinkState (default) or flowerbed's indexed one",
-    )
+    add_raw_link_state(parser)
     args = parser.parse_args(argv)
     raw_indexed = args.raw_link_state == "indexed"
     # 20 clients: quickstart's Dirichlet(0.3) split cannot give 50 clients enough rows.
@@ -314,7 +313,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ratio_startup": startup,
         "load_end": load_avg(),
     }
-    save("overhead" + ("_raw_indexed" if raw_indexed else ""), args.quick, payload, checks)
+    save(result_name("overhead", args.raw_link_state), args.quick, payload, checks)
     return payload
 
 

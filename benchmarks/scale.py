@@ -35,10 +35,12 @@ from _common import (
     Check,
     TimedGrid,
     TreeMemory,
+    add_raw_link_state,
     load_avg,
     median,
     print_checks,
     print_table,
+    result_name,
     save,
     simulate,
 )
@@ -256,10 +258,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--link-state", choices=("indexed", "stock"), default="indexed",
         help="flowerbed arm's LinkState: flowerbed's indexed one (default) or Flower's stock one",
     )
-    parser.add_argument(
-        "--raw-link-state", choices=("stock", "indexed"), default="stock",
-        help="raw Flower arm's LinkState: Flower's stock one (default) or flowerbed's indexed one",
-    )
+    add_raw_link_state(parser)
     args = parser.parse_args(argv)
     sizes = args.sizes or [10, 100, 1000]
     if args.raw_sizes is not None:
@@ -372,8 +371,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "raw_finals": [p["final"] for p in raw_run.extra["points"]] if raw_run else [],
         "load_end": load_avg(),
     }
-    name = "scale" + ("_stock" if args.link_state == "stock" else "")
-    name += "_raw_indexed" if args.raw_link_state == "indexed" else ""
+    name = result_name("scale", args.raw_link_state, args.link_state)
     save(name, args.quick, payload, checks)
     return payload
 
