@@ -23,7 +23,7 @@ from typing import Any
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from flowerbed.platform.grids import DelegatingGrid
+from flowerbed.strategies.grids import DelegatingGrid
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results" / "platform"

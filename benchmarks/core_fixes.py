@@ -54,17 +54,17 @@ import json, resource, sys, time
 start = time.perf_counter()
 eager = sys.argv[1] == "before"
 if eager:
-    from flowerbed.platform.plugins import load_plugins
+    from flowerbed.core.plugins import load_plugins
     load_plugins()
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flowerbed.clients.client_app import app
-from flowerbed.platform import keys
-from flowerbed.platform.messages import Payload
+from flowerbed.core import keys
+from flowerbed.core.messages import Payload
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.supercore.task_identity import TaskIdentity
 TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, SUPERLINK_NODE_ID
 if eager:
-    from flowerbed.platform.scenario import validate_scenario
+    from flowerbed.core.scenario import validate_scenario
     import yaml
     validate_scenario(yaml.safe_load(sys.argv[2]))
 scenario_yaml, init = sys.argv[2], json.loads(sys.argv[3])
@@ -88,15 +88,15 @@ print(json.dumps({"s": took, "maxrss_mib": rss,
 
 def quickstart() -> Any:
     """The quickstart scenario (digits, MLP, sgd learner, FedAvg)."""
-    from flowerbed.platform.scenario import load_scenario
+    from flowerbed.core.scenario import load_scenario
 
     return load_scenario(ROOT / "scenarios" / "quickstart.yaml", ["baselines=[]"])
 
 
 def worker_startup(repeats: int) -> dict[str, Any]:
     """Fresh-process start-up of the ClientApp, eager plugins vs lazy, alternated."""
-    from flowerbed.platform import registry
-    from flowerbed.platform.seeds import derive_seed
+    from flowerbed.core import registry
+    from flowerbed.core.seeds import derive_seed
 
     scenario = quickstart()
     learner = registry.build("learner", scenario.component("learner"), scenario=scenario)
@@ -125,7 +125,7 @@ def worker_startup(repeats: int) -> dict[str, Any]:
 
 def broadcast(clients: int, repeats: int) -> dict[str, float]:
     """ms to pack one ask's messages for ``clients`` clients (median), before vs after."""
-    from flowerbed.platform.messages import Payload
+    from flowerbed.core.messages import Payload
 
     body = Payload(arrays={"w": np.linspace(0, 1, 1000, dtype=np.float32)})
     times: dict[str, list[float]] = {"before": [], "after": []}
@@ -145,8 +145,8 @@ def lookup(repeats: int, messages: int) -> dict[str, float]:
     from flwr.app import ConfigRecord, RecordDict
 
     from flowerbed.clients import client_app
+    from flowerbed.core import keys
     from flowerbed.data.federated import federated_data
-    from flowerbed.platform import keys
 
     scenario = quickstart()
     text = scenario.to_yaml()
@@ -211,7 +211,7 @@ def codec(repeats: int, messages: int) -> dict[str, float]:
     """µs to encode and decode one MLP update's arrays (Flower's codec vs flowerbed's)."""
     from flwr.app import Array, ArrayRecord
 
-    from flowerbed.platform.messages import decode_array, encode_array
+    from flowerbed.core.messages import decode_array, encode_array
 
     rng = np.random.default_rng(0)
     weights = {

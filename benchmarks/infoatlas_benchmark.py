@@ -141,7 +141,7 @@ def main() -> None:
     parser.add_argument("--plot", default=None, help="write a PNG of MAE and time against d")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    from flowerbed.clients.infoatlas_model import load_model
+    from flowerbed.models.infoatlas_model import load_model
 
     net = load_model(args.weights)
     dims = args.dims or ([1, 4, 16] if args.quick else [1, 2, 4, 8, 16])

@@ -48,7 +48,7 @@ ARRAY = np.linspace(0, 1, 1000, dtype=np.float32)
 
 def scenario_for(clients: int, rounds: int) -> Any:
     """Quickstart settings with no local test split, so ``evaluate`` does nothing."""
-    from flowerbed.platform.scenario import load_scenario
+    from flowerbed.core.scenario import load_scenario
 
     return load_scenario(
         ROOT / "scenarios" / "quickstart.yaml",
@@ -64,9 +64,9 @@ def scenario_for(clients: int, rounds: int) -> Any:
 
 def flowerbed_rounds(grid: Any, scenario: Any, rounds: int) -> None:
     """Connect, then ``rounds`` trivial asks to every client through the Federation."""
-    from flowerbed.platform.federation import Federation
-    from flowerbed.platform.messages import Payload
-    from flowerbed.platform.results import Recorder
+    from flowerbed.core.messages import Payload
+    from flowerbed.core.records import Recorder
+    from flowerbed.strategies.federation import Federation
 
     fed = Federation(grid, scenario, Recorder(scenario, None))
     fed.connect()

@@ -47,7 +47,7 @@ TARGET = 1.10
 
 def scenario_for(clients: int, rounds: int) -> Any:
     """Quickstart with N clients, R rounds, server evaluation only, no baselines."""
-    from flowerbed.platform.scenario import load_scenario
+    from flowerbed.core.scenario import load_scenario
 
     return load_scenario(
         ROOT / "scenarios" / "quickstart.yaml",
@@ -62,9 +62,9 @@ def scenario_for(clients: int, rounds: int) -> Any:
 
 def export_data(scenario: Any, folder: str) -> tuple[str, dict[str, np.ndarray]]:
     """Write each client's training split for the raw app; return path and init weights."""
+    from flowerbed.core import registry
+    from flowerbed.core.seeds import derive_seed
     from flowerbed.data.federated import federated_data
-    from flowerbed.platform import registry
-    from flowerbed.platform.seeds import derive_seed
 
     data = federated_data(scenario)
     arrays: dict[str, np.ndarray] = {}
@@ -84,7 +84,7 @@ def export_data(scenario: Any, folder: str) -> tuple[str, dict[str, np.ndarray]]
 
 def flowerbed_arm(scenario: Any) -> SimRun:
     """flowerbed's ServerApp body (``serve``) and generic ClientApp under run_simulation."""
-    from flowerbed.platform.results import Recorder
+    from flowerbed.core.records import Recorder
     from flowerbed.platform.runner import backend_config as fb_backend
     from flowerbed.platform.runner import client_app
     from flowerbed.platform.server import serve

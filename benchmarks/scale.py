@@ -45,7 +45,7 @@ from _common import (
     simulate,
 )
 
-from flowerbed.platform.grids import DelegatingGrid
+from flowerbed.strategies.grids import DelegatingGrid
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = 50  # rows per client before the 20% local test split
@@ -80,7 +80,7 @@ class SubsetGrid(DelegatingGrid):
 
 def fqr_scenario(n: int) -> Any:
     """The FQR one-shot scenario at N clients (median only, no iterative baseline)."""
-    from flowerbed.platform.scenario import load_scenario
+    from flowerbed.core.scenario import load_scenario
 
     return load_scenario(
         ROOT / "scenarios" / "fqr" / "synthetic.yaml",
@@ -97,7 +97,7 @@ def fqr_scenario(n: int) -> Any:
 
 def fedavg_scenario(n: int, rounds: int) -> Any:
     """FedAvg with an MLP on a Gaussian mixture, ``ROWS`` rows per client."""
-    from flowerbed.platform.scenario import from_dict
+    from flowerbed.core.scenario import from_dict
 
     return from_dict(
         {
@@ -120,9 +120,9 @@ def run_points(
     grid: TimedGrid, sizes: list[int], rounds: int, kinds: tuple[str, ...] = ("fqr", "fedavg")
 ) -> dict[str, Any]:
     """ServerApp body: discover partition ids once, then run every point."""
-    from flowerbed.platform.federation import Federation
-    from flowerbed.platform.results import Recorder
+    from flowerbed.core.records import Recorder
     from flowerbed.platform.server import serve
+    from flowerbed.strategies.federation import Federation
 
     largest = fedavg_scenario(max(sizes), rounds)
     everyone = Federation(grid, largest, Recorder(largest, None))

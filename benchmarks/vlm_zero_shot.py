@@ -21,10 +21,10 @@ import time
 import numpy as np
 import torch
 
-from flowerbed.clients import vlm_two_tower as tt
-from flowerbed.clients.vlm import build_vlm, cached_array
+from flowerbed.core.registry import get
+from flowerbed.models import vlm_two_tower as tt
+from flowerbed.models.vlm import build_vlm, cached_array
 from flowerbed.platform import pretrain
-from flowerbed.platform.registry import get
 
 
 def probe(train: np.ndarray, y: np.ndarray, test: np.ndarray, yt: np.ndarray) -> float:

@@ -188,9 +188,9 @@ def test_local_exponent_grows_with_alignment_and_tends_to_alpha():
 
 
 def _learner(**params):
-    from flowerbed.platform import registry
-    from flowerbed.platform.plugins import load_plugins
-    from flowerbed.platform.scenario import from_dict
+    from flowerbed.core import registry
+    from flowerbed.core.plugins import load_plugins
+    from flowerbed.core.scenario import from_dict
 
     load_plugins()
     spec = _tiny_spec(**params)

@@ -21,6 +21,7 @@ import yaml
 from conftest import tiny_scenario
 
 import flowerbed
+from flowerbed.core.scenario import from_dict
 from flowerbed.platform.deploy.compose import LINK_PORT, NODE_PORT, compose_yaml, tls_overlay_yaml
 from flowerbed.platform.deploy.connections import (
     MissingConnectionError,
@@ -31,7 +32,6 @@ from flowerbed.platform.deploy.connections import (
 from flowerbed.platform.deploy.flwr_run import run_config
 from flowerbed.platform.deploy.local import LocalDeployment, free_port, port_open
 from flowerbed.platform.runner import RunError
-from flowerbed.platform.scenario import from_dict
 from flowerbed.platform.server import run_dir_from_run_config, scenario_from_run_config
 
 ROOT = Path(__file__).parents[1]

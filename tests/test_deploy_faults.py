@@ -161,7 +161,7 @@ def test_node_unavailable_reply_is_attributed_to_the_dead_nodes_partition(monkey
     from flwr.server.superlink.linkstate.utils import create_message_error_unavailable_res_message
     from flwr.supercore.task_identity import TaskIdentity
 
-    from flowerbed.platform.federation import Federation
+    from flowerbed.strategies.federation import Federation
 
     for name, value in (("_task_id", 1), ("_run_id", 1), ("_node_id", SUPERLINK_NODE_ID)):
         monkeypatch.setattr(TaskIdentity, name, value, raising=False)
@@ -185,7 +185,7 @@ def test_server_app_exception_is_lifted_from_the_streamed_log():
 
     lines = [
         "Traceback (most recent call last):",
-        "flowerbed.platform.federation.RoundFailedError: train round 2: 2 usable replies, "
+        "flowerbed.strategies.federation.RoundFailedError: train round 2: 2 usable replies, "
         "need 3 (failed: {2: 'Node Unavailable'}, missing: none)",
         "ERROR :     Exit Code: 201",
     ]

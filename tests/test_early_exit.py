@@ -11,7 +11,7 @@ from torch.nn import functional as F
 
 import flowerbed
 from flowerbed.algorithms import compute_theory as ct
-from flowerbed.clients.early_exit import EarlyExitMLP, EarlyExitMLPParams, MultiExitLoss
+from flowerbed.models.early_exit import EarlyExitMLP, EarlyExitMLPParams, MultiExitLoss
 
 # --- the exit rule ----------------------------------------------------------------
 
@@ -98,8 +98,8 @@ def _spec(**learner):
 
 
 def _learner_and_data(**learner):
-    from flowerbed.platform import registry
-    from flowerbed.platform.scenario import from_dict
+    from flowerbed.core import registry
+    from flowerbed.core.scenario import from_dict
 
     scenario = from_dict(_spec(**learner))
     lrn = registry.build("learner", scenario.learner, scenario=scenario)
@@ -135,8 +135,8 @@ def test_training_teaches_every_head():
 
 def test_learner_needs_the_early_exit_model():
     """A plain MLP cannot be trained with the multi-exit loss: clear error."""
-    from flowerbed.platform import registry
-    from flowerbed.platform.scenario import from_dict
+    from flowerbed.core import registry
+    from flowerbed.core.scenario import from_dict
 
     spec = _spec()
     spec["model"] = {"name": "mlp", "hidden": [8]}

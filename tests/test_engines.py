@@ -102,8 +102,8 @@ def test_centralized_baseline_matches_scikit_learn_logistic_regression():
     """
     from sklearn.linear_model import LogisticRegression
 
+    from flowerbed.core.scenario import from_dict
     from flowerbed.data.federated import federated_data
-    from flowerbed.platform.scenario import from_dict
 
     wd = 1e-3
     data = tiny_scenario(
@@ -132,7 +132,7 @@ def test_local_only_is_worse_than_centralized_under_label_skew():
 
 def test_availability_profile_drops_clients_in_virtual_time():
     """Dropped clients are never asked; the same (seed, round) drops the same clients."""
-    from flowerbed.data.availability import AvailabilityParams, round_availability
+    from flowerbed.core.availability import AvailabilityParams, round_availability
 
     profile = {"dropout": 0.5}
     data = tiny_scenario(clients={"availability": profile}, federation={"min_replies": 0.25})
@@ -150,8 +150,8 @@ def test_availability_profile_drops_clients_in_virtual_time():
 def test_sgd_learner_uses_cpu_unless_gpus_are_reserved_and_visible(monkeypatch):
     import torch
 
-    from flowerbed.platform import registry
-    from flowerbed.platform.scenario import from_dict
+    from flowerbed.core import registry
+    from flowerbed.core.scenario import from_dict
 
     def learner(num_gpus):
         s = from_dict(

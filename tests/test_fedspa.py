@@ -179,8 +179,8 @@ def test_fewshot_partition_names_a_class_without_enough_rows():
 
 def _toy_learner():
     from flowerbed.clients.fedspa_learner import FedSpaLearner
+    from flowerbed.core.scenario import load_scenario
     from flowerbed.data.federated import federated_data
-    from flowerbed.platform.scenario import load_scenario
 
     scenario = load_scenario(SCENARIO)
     learner = FedSpaLearner(scenario.component("learner"), scenario=scenario)
@@ -191,7 +191,7 @@ def test_client_keeps_its_own_prototypes_and_messages_are_c_by_d_float32(tmp_pat
     """Round 2 with zero epochs returns exactly the client's own round-1 P (no averaging)."""
     from flowerbed.clients import fedspa_learner as keys
     from flowerbed.clients.learner import TaskContext
-    from flowerbed.platform.messages import Payload
+    from flowerbed.core.messages import Payload
 
     monkeypatch.setenv("FLOWERBED_CACHE", str(tmp_path))
     scenario, learner, fed = _toy_learner()
@@ -222,7 +222,7 @@ def test_zero_shot_head_matches_the_world_directly():
     """evaluate.fedspa with T0 scores argmax(f T0^T) on the client's share of the test split."""
     from flowerbed.clients import fedspa_learner as keys
     from flowerbed.clients.learner import TaskContext
-    from flowerbed.platform.messages import Payload
+    from flowerbed.core.messages import Payload
 
     scenario, learner, fed = _toy_learner()
     t0 = learner.text_features(fed.dataset.meta)

@@ -129,10 +129,9 @@ def test_uncovered_feature_pair_is_an_error():
 
 def test_singular_client_flagged_and_excluded_with_warning(caplog):
     from flowerbed.clients import fqr_learner as K
+    from flowerbed.core.messages import Payload, Replies
+    from flowerbed.core.records import Recorder
     from flowerbed.data.base import ClientData, DatasetMeta
-    from flowerbed.platform.federation import Replies
-    from flowerbed.platform.messages import Payload
-    from flowerbed.platform.results import Recorder
     from flowerbed.strategies.fqr import collect_fits
 
     meta = DatasetMeta("t", "regression", 2)
@@ -177,8 +176,8 @@ def test_true_quantile_coefficients_are_conditional_quantiles():
 
 
 def test_feature_subsets_gives_each_client_its_columns():
+    from flowerbed.core.scenario import validate_scenario
     from flowerbed.data.federated import federated_data
-    from flowerbed.platform.scenario import validate_scenario
 
     subsets = [[0, 2, 5], [1, 2, 3], [3, 4, 0]]
     sc = validate_scenario(

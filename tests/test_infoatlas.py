@@ -17,7 +17,7 @@ from flowerbed.algorithms.infoatlas_prep import average_ranks
 @pytest.fixture(scope="module")
 def net() -> ia.InfoAtlasNet:
     """The shipped pre-trained network."""
-    from flowerbed.clients.infoatlas_model import SHIPPED, load_model
+    from flowerbed.models.infoatlas_model import SHIPPED, load_model
 
     assert SHIPPED.exists(), "the default InfoAtlas weights must ship with the package"
     torch.set_num_threads(1)
@@ -200,7 +200,7 @@ def test_bad_inputs_are_named():
 
 
 def test_pretrain_command_builds_a_loadable_network(tmp_path):
-    from flowerbed.clients.infoatlas_model import load_model
+    from flowerbed.models.infoatlas_model import load_model
     from flowerbed.platform.cli import main
 
     out = tmp_path / "tiny.pt"

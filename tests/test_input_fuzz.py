@@ -24,9 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from flowerbed.platform import registry
-from flowerbed.platform.cli import main
-from flowerbed.platform.scenario import (
+from flowerbed.core import registry
+from flowerbed.core.scenario import (
     COMPONENT_FIELDS,
     ScenarioError,
     apply_overrides,
@@ -34,6 +33,7 @@ from flowerbed.platform.scenario import (
     read_yaml,
     validate_scenario,
 )
+from flowerbed.platform.cli import main
 
 Path_ = tuple[Any, ...]
 

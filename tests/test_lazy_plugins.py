@@ -12,10 +12,10 @@ from conftest import tiny_scenario
 from flwr.app import Context, Message, RecordDict
 
 from flowerbed.clients import client_app
-from flowerbed.platform import keys, registry
-from flowerbed.platform.messages import Payload
-from flowerbed.platform.plugins import PLUGIN_MODULES, component_index, load_plugins
-from flowerbed.platform.scenario import from_dict, load_scenario
+from flowerbed.core import keys, registry
+from flowerbed.core.messages import Payload
+from flowerbed.core.plugins import PLUGIN_MODULES, component_index, load_plugins
+from flowerbed.core.scenario import from_dict, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -135,9 +135,9 @@ def test_unknown_action_is_an_error_naming_the_learner_actions():
 
 
 def test_broadcast_arrays_are_serialised_once_and_arrive_intact(monkeypatch):
-    from flowerbed.platform.federation import Federation
+    from flowerbed.core.records import Recorder
     from flowerbed.platform.inline import InlineGrid
-    from flowerbed.platform.results import Recorder
+    from flowerbed.strategies.federation import Federation
 
     scenario = from_dict(tiny_scenario(baselines=[]))
     fed = Federation(InlineGrid(client_app.app, scenario.num_clients), scenario,

@@ -122,9 +122,9 @@ def test_simulation_engine_runs_flower_on_the_indexed_state(
     import flwr.simulation
     from conftest import tiny_scenario
 
-    from flowerbed.platform.results import Recorder
+    from flowerbed.core.records import Recorder
+    from flowerbed.core.scenario import from_dict
     from flowerbed.platform.runner import run_ray
-    from flowerbed.platform.scenario import from_dict
 
     module = importlib.import_module("flwr.simulation.run_simulation")
     seen: list[type] = []

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from flowerbed.clients.torch_learner import seed_torch
-from flowerbed.platform.messages import Payload, decode_array, encode_array
+from flowerbed.core.messages import Payload, decode_array, encode_array
 
 DTYPES = [np.float32, np.float64, np.float16, np.int64, np.int32, np.uint8, np.bool_]
 

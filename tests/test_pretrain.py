@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from flowerbed.platform import cache, pretrain
+from flowerbed.core import artefacts as pretrain
+from flowerbed.core import cache
+from flowerbed.core.registry import Params
 from flowerbed.platform.cli import main
-from flowerbed.platform.registry import Params
 
 
 class _ToyParams(Params):

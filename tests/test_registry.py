@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flowerbed.platform import registry
-from flowerbed.platform.plugins import load_plugins
-from flowerbed.platform.registry import Params, UnknownComponentError, register, unregister
+from flowerbed.core import registry
+from flowerbed.core.plugins import load_plugins
+from flowerbed.core.registry import Params, UnknownComponentError, register, unregister
 
 ROOT = Path(__file__).parents[1]
 load_plugins()
@@ -67,7 +67,7 @@ def test_every_entry_has_defaults_a_docstring_and_a_use(kind):
 
 
 def test_every_scenario_file_validates():
-    from flowerbed.platform.scenario import load_scenario
+    from flowerbed.core.scenario import load_scenario
 
     files = sorted(ROOT.glob("scenarios/**/*.yaml"))
     assert files

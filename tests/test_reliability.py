@@ -17,11 +17,11 @@ import yaml
 from conftest import tiny_scenario
 
 import flowerbed
+from flowerbed.core.records import Recorder
+from flowerbed.core.scenario import ScenarioError, from_dict
 from flowerbed.platform import resources, runner
-from flowerbed.platform.federation import required_replies
-from flowerbed.platform.results import Recorder
 from flowerbed.platform.runner import RunError
-from flowerbed.platform.scenario import ScenarioError, from_dict
+from flowerbed.strategies.federation import required_replies
 
 REPO = Path(__file__).parents[1]
 

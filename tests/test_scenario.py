@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import tiny_scenario
 
-from flowerbed.platform.scenario import (
+from flowerbed.core.scenario import (
     ScenarioError,
     apply_overrides,
     from_dict,

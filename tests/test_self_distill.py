@@ -232,9 +232,9 @@ def test_synthetic_ridge_population_is_what_it_says():
     )
     pop = population(params, seed=9)
     np.testing.assert_allclose(pop.beta @ pop.cov @ pop.beta, 2.0, rtol=1e-12)
-    data = flowerbed.platform.registry.build(
+    data = flowerbed.core.registry.build(
         "dataset",
-        flowerbed.platform.registry.get("dataset", "synthetic_ridge").params(
+        flowerbed.core.registry.get("dataset", "synthetic_ridge").params(
             name="synthetic_ridge", **params.model_dump()
         ),
         seed=9,
@@ -246,8 +246,8 @@ def test_synthetic_ridge_population_is_what_it_says():
 
 def test_inline_scenario_matches_sklearn_fits(tmp_path):
     """End to end: centralized = pooled sklearn ridge; federated = weighted mean of client fits."""
+    from flowerbed.core.scenario import from_dict
     from flowerbed.data.federated import federated_data
-    from flowerbed.platform.scenario import from_dict
 
     spec = {
         "name": "sd_tiny",

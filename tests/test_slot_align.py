@@ -203,10 +203,10 @@ def test_prototypes_and_ensemble_on_hand_made_data():
 
 
 def test_image_encoders_handle_grayscale_and_resizing():
-    from flowerbed.clients.encoders import build_encoder, to_image_batch
+    from flowerbed.core import registry
+    from flowerbed.core.plugins import load_plugins
     from flowerbed.data.base import DatasetMeta
-    from flowerbed.platform import registry
-    from flowerbed.platform.plugins import load_plugins
+    from flowerbed.models.encoders import build_encoder, to_image_batch
 
     load_plugins()
     meta = DatasetMeta("toy", "classification", 49, 2, input_shape=(7, 7))
@@ -230,9 +230,9 @@ def test_efficientnet_lite0_classifies_chelsea_and_coffee():
     torch = pytest.importorskip("torch")
     from skimage import data
 
-    from flowerbed.clients.efficientnet_lite import load_pretrained
-    from flowerbed.clients.encoders import IMAGENET_MEAN, IMAGENET_STD, to_image_batch
     from flowerbed.data.base import DatasetMeta
+    from flowerbed.models.efficientnet_lite import load_pretrained
+    from flowerbed.models.encoders import IMAGENET_MEAN, IMAGENET_STD, to_image_batch
 
     model = load_pretrained()
     cats = {281, 282, 283, 284, 285}  # tabby, tiger cat, Persian, Siamese, Egyptian cat

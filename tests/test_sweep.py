@@ -9,10 +9,10 @@ import pytest
 import yaml
 from conftest import tiny_sweep_scenario
 
+from flowerbed.core.scenario import ScenarioError
 from flowerbed.platform import runner
 from flowerbed.platform import sweep as sw
 from flowerbed.platform.cli import main
-from flowerbed.platform.scenario import ScenarioError
 
 TINY = tiny_sweep_scenario()
 

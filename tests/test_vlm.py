@@ -16,12 +16,13 @@ import pytest
 import torch
 
 from flowerbed.algorithms.clip_loss import clip_loss
-from flowerbed.clients.vlm import build_vlm
+from flowerbed.core import cache
+from flowerbed.core.registry import get
 from flowerbed.data.base import DatasetMeta
 from flowerbed.data.image_data import FASHION_CLASSES, FASHION_DIR
-from flowerbed.platform import cache, pretrain
+from flowerbed.models.vlm import build_vlm
+from flowerbed.platform import pretrain
 from flowerbed.platform.cli import main
-from flowerbed.platform.registry import get
 
 FASHION = Path(FASHION_DIR, "train-images-idx3-ubyte.gz").is_file()
 needs_fashion = pytest.mark.skipif(not FASHION, reason="dataset-fashion-mnist not installed")
@@ -79,7 +80,7 @@ def test_label_aware_clip_loss_splits_the_target_over_same_label_pairs():
 
 
 def test_minilm_loads_offline_and_ranks_a_paraphrase_above_an_unrelated_sentence():
-    from flowerbed.clients.minilm import load_sentence_encoder
+    from flowerbed.models.minilm import load_sentence_encoder
 
     emb = load_sentence_encoder().encode(
         ["A cat sits on the mat", "A kitten is resting on a rug", "Stock markets fell sharply"]
@@ -94,7 +95,7 @@ def test_minilm_matches_transformers_bert():
     """Our BERT forward equals transformers' BertModel + masked mean pooling."""
     from transformers import AutoModel, AutoTokenizer
 
-    from flowerbed.clients.minilm import load_sentence_encoder, model_dir
+    from flowerbed.models.minilm import load_sentence_encoder, model_dir
 
     texts = ["a photo of a T-shirt/top.", "an ankle boot", "Stock markets fell sharply today"]
     ref_model = AutoModel.from_pretrained(str(model_dir())).eval()
@@ -139,7 +140,7 @@ def two_tower(tiny_two_tower: tuple[Path, dict], monkeypatch: pytest.MonkeyPatch
 @needs_fashion
 def test_two_tower_pretraining_learns_the_seen_classes(tiny_two_tower):
     """300 rows, 8 seen classes: far above chance (1/10) on held-out test rows."""
-    from flowerbed.clients.two_tower_captions import fashion_rows
+    from flowerbed.models.two_tower_captions import fashion_rows
 
     _, metrics = tiny_two_tower
     _, labels = fashion_rows(FASHION_DIR, "train", slice(60000 - 300, None))
@@ -193,7 +194,7 @@ def test_two_tower_prompt_spelling_a_template_equals_the_encoded_sentence(two_to
 
 @needs_fashion
 def test_two_tower_prompt_gradients_reach_only_the_context(two_tower):
-    from flowerbed.clients.minilm import load_sentence_encoder
+    from flowerbed.models.minilm import load_sentence_encoder
 
     vlm = two_tower()
     frozen = [*vlm.heads.parameters(), *load_sentence_encoder().model.parameters()]
@@ -239,7 +240,7 @@ def test_pretrain_cli_reuses_the_artefact_and_rejects_unknown_classes(tiny_two_t
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.Module]:
     """A seeded random flowerbed-tiny saved as a plain state dict."""
     pytest.importorskip("open_clip")
-    from flowerbed.clients.vlm_open_clip import build_open_clip
+    from flowerbed.models.vlm_open_clip import build_open_clip
 
     torch.manual_seed(11)
     net = build_open_clip("flowerbed-tiny", None)
@@ -263,7 +264,7 @@ def test_open_clip_missing_checkpoint_error_names_the_path(tmp_path: Path):
 
 def test_open_clip_loads_a_local_checkpoint_round_trip(tiny_checkpoint, tmp_path, monkeypatch):
     """Features through the vlm equal the saved model's own (independently preprocessed)."""
-    from flowerbed.clients.vlm_open_clip import OPENAI_MEAN, OPENAI_STD
+    from flowerbed.models.vlm_open_clip import OPENAI_MEAN, OPENAI_STD
 
     monkeypatch.setenv(cache.ENV_VAR, str(tmp_path))
     path, net = tiny_checkpoint
@@ -285,7 +286,7 @@ def test_open_clip_loads_a_local_checkpoint_round_trip(tiny_checkpoint, tmp_path
     # a differently seeded model gives other features: the weights really came from the file
     torch.manual_seed(12)
     other = tmp_path / "other.pt"
-    from flowerbed.clients.vlm_open_clip import build_open_clip
+    from flowerbed.models.vlm_open_clip import build_open_clip
 
     torch.save(build_open_clip("flowerbed-tiny", None).state_dict(), other)
     assert not np.allclose(_open_clip(other).encode_texts(texts), ref.numpy(), atol=1e-3)

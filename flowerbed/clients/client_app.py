@@ -19,18 +19,18 @@ from flwr.app.metadata import validate_message_type
 from flwr.clientapp import ClientApp
 
 from flowerbed.clients.learner import Learner, TaskContext
-from flowerbed.data.federated import FederatedData, federated_data
-from flowerbed.platform import keys, registry
-from flowerbed.platform.messages import Payload
-from flowerbed.platform.registry import Params
-from flowerbed.platform.scenario import (
+from flowerbed.core import keys, registry
+from flowerbed.core.messages import Payload
+from flowerbed.core.registry import Params
+from flowerbed.core.scenario import (
     COMPONENT_FIELDS,
     LIST_COMPONENT_FIELDS,
     Scenario,
     ScenarioBase,
     validate_scenario,
 )
-from flowerbed.platform.seeds import derive_seed
+from flowerbed.core.seeds import derive_seed
+from flowerbed.data.federated import FederatedData, federated_data
 
 _STATE_KEY = "flowerbed"
 

@@ -9,9 +9,9 @@ from pydantic import Field, model_validator
 
 from flowerbed.clients.learner import Handler, TaskContext
 from flowerbed.clients.torch_learner import SGDLearner, SGDParams
+from flowerbed.core.messages import Payload
+from flowerbed.core.registry import register
 from flowerbed.data.base import ClientData
-from flowerbed.platform.messages import Payload
-from flowerbed.platform.registry import register
 
 Fault = Literal["raise", "nan", "inf", "wrong_shape", "wrong_dtype", "none", "no_payload"]
 Phase = Literal["train", "evaluate", "both"]

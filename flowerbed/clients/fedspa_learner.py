@@ -29,19 +29,19 @@ from pydantic import Field
 
 from flowerbed.algorithms import fedspa as fs
 from flowerbed.clients.learner import Learner, TaskContext
-from flowerbed.clients.vlm import (
+from flowerbed.core.cache import cache_dir
+from flowerbed.core.messages import Payload
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import rng
+from flowerbed.data.base import ClientData, DatasetMeta
+from flowerbed.data.federated import federated_data
+from flowerbed.data.fewshot import FewShotPartition, world_centre, world_offset
+from flowerbed.models.vlm import (
     DEFAULT_TEMPLATES,
     VisionLanguageModel,
     build_vlm,
     vlm_spec_type,
 )
-from flowerbed.data.base import ClientData, DatasetMeta
-from flowerbed.data.federated import federated_data
-from flowerbed.data.fewshot import FewShotPartition, world_centre, world_offset
-from flowerbed.platform.cache import cache_dir
-from flowerbed.platform.messages import Payload
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import rng
 
 #: Message types and record keys shared with ``flowerbed.strategies.fedspa``.
 STATS_MESSAGE = "query.fedspa_stats"

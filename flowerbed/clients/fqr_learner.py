@@ -15,9 +15,9 @@ from pydantic import Field
 
 from flowerbed.algorithms.fqr_local import SingularDesignError, fit_local, smoothed_pinball_grad
 from flowerbed.clients.learner import Learner, TaskContext
+from flowerbed.core.messages import Payload
+from flowerbed.core.registry import Params, register
 from flowerbed.data.base import ClientData
-from flowerbed.platform.messages import Payload
-from flowerbed.platform.registry import Params, register
 
 log = logging.getLogger("flowerbed")
 

@@ -19,9 +19,9 @@ import numpy as np
 from flowerbed.algorithms import hedging
 from flowerbed.clients.frontier_zoo import from_array, predict_all
 from flowerbed.clients.learner import Learner, TaskContext
+from flowerbed.core.messages import Payload
+from flowerbed.core.registry import register
 from flowerbed.data.base import ClientData
-from flowerbed.platform.messages import Payload
-from flowerbed.platform.registry import register
 
 #: Message types and record keys shared with ``flowerbed.strategies.frontier``.
 RISKS_MESSAGE = "query.frontier_risks"

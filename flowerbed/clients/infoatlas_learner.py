@@ -3,7 +3,7 @@
 Answers ``query.mi_screen`` with one MI estimate (nats) per feature the client
 holds, and optionally per feature pair, computed on its private training rows.
 With ``estimator: infoatlas`` all estimates come from one forward pass of the
-pre-trained network (:mod:`flowerbed.clients.infoatlas_model`); the reference
+pre-trained network (:mod:`flowerbed.models.infoatlas_model`); the reference
 estimators (KSG, MINE, InfoNCE, Gaussian) run per feature, for comparison.
 Method: ``flowerbed/algorithms/infoatlas.py``.
 """
@@ -19,9 +19,9 @@ from pydantic import Field
 from flowerbed.algorithms import infoatlas as ia
 from flowerbed.algorithms import mi_reference as ref
 from flowerbed.clients.learner import Learner, TaskContext
+from flowerbed.core.messages import Payload
+from flowerbed.core.registry import Params, register
 from flowerbed.data.base import ClientData
-from flowerbed.platform.messages import Payload
-from flowerbed.platform.registry import Params, register
 
 #: Message type and record keys shared with ``flowerbed.strategies.infoatlas``.
 SCREEN_MESSAGE = "query.mi_screen"
@@ -56,7 +56,7 @@ class InfoAtlasLearner(Learner):
         if not pairs:
             return np.zeros(0)
         if p.estimator == "infoatlas":
-            from flowerbed.clients.infoatlas_model import load_model
+            from flowerbed.models.infoatlas_model import load_model
 
             net = load_model(p.weights)
             return ia.estimate_many(net, pairs, crossfit=p.crossfit, seed=seed % 2**31)

@@ -6,10 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from flowerbed.core.messages import Arrays, Payload
+from flowerbed.core.registry import Params as BaseParams
+from flowerbed.core.scenario import Scenario
 from flowerbed.data.base import ClientData, DatasetMeta
-from flowerbed.platform.messages import Arrays, Payload
-from flowerbed.platform.registry import Params as BaseParams
-from flowerbed.platform.scenario import Scenario
 
 Handler = Callable[[ClientData, Payload, "TaskContext"], Payload]
 

@@ -19,9 +19,9 @@ from pydantic import Field, model_validator
 from flowerbed.algorithms.pruning import prune
 from flowerbed.clients.learner import TaskContext
 from flowerbed.clients.torch_learner import SGDLearner, SGDParams
+from flowerbed.core.messages import Arrays, Payload
+from flowerbed.core.registry import register
 from flowerbed.data.base import ClientData
-from flowerbed.platform.messages import Arrays, Payload
-from flowerbed.platform.registry import register
 
 
 class PrunedSGDParams(SGDParams):

@@ -17,10 +17,10 @@ from pydantic import Field, field_validator
 
 from flowerbed.algorithms import self_distill as sd
 from flowerbed.clients.learner import SupervisedLearner
+from flowerbed.core.messages import Arrays
+from flowerbed.core.registry import Params, register
+from flowerbed.core.scenario import Scenario
 from flowerbed.data.base import DatasetMeta
-from flowerbed.platform.messages import Arrays
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.scenario import Scenario
 
 #: Array names of the learner's weights (one row / entry per λ).
 TEACHER, STUDENT = "teacher_coef", "student_coef"

@@ -19,12 +19,12 @@ from pydantic import Field
 
 from flowerbed.algorithms import oneshot_heads as heads
 from flowerbed.algorithms.slot_align import SPD_EPSILON, gaussian_stats, transport
-from flowerbed.clients.encoders import build_encoder, encoder_spec_type
 from flowerbed.clients.learner import Learner, TaskContext
+from flowerbed.core.messages import Arrays, Payload
+from flowerbed.core.registry import Params, register
 from flowerbed.data.base import ClientData
 from flowerbed.data.federated import federated_data
-from flowerbed.platform.messages import Arrays, Payload
-from flowerbed.platform.registry import Params, register
+from flowerbed.models.encoders import build_encoder, encoder_spec_type
 
 #: Message types and record keys shared with ``flowerbed.strategies.slot_align``.
 SCATTER_MESSAGE = "query.scatter"

@@ -11,11 +11,11 @@ from pydantic import Field
 from torch import nn
 
 from flowerbed.clients.learner import SupervisedLearner
+from flowerbed.core import registry
+from flowerbed.core.messages import Arrays
+from flowerbed.core.registry import Params, register
+from flowerbed.core.scenario import Scenario
 from flowerbed.data.base import DatasetMeta
-from flowerbed.platform import registry
-from flowerbed.platform.messages import Arrays
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.scenario import Scenario
 
 
 class SGDParams(Params):

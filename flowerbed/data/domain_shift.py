@@ -26,10 +26,10 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import derive_seed, rng
 from flowerbed.data.base import Dataset, Partition, Transform
 from flowerbed.data.partitioners import DirichletParams, IidParams, dirichlet, iid
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import derive_seed, rng
 
 ImageKind = Literal["rotation", "contrast", "noise", "blur"]
 IMAGE_KINDS: tuple[ImageKind, ...] = ("rotation", "contrast", "noise", "blur")

@@ -6,7 +6,7 @@ import importlib.util
 from collections.abc import Callable
 from typing import TypeVar
 
-from flowerbed.platform.registry import Params, register, register_hint
+from flowerbed.core.registry import Params, register, register_hint
 
 T = TypeVar("T")
 

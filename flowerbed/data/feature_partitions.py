@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import derive_seed
 from flowerbed.data.base import Dataset, Partition
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import derive_seed
 
 
 class FeatureSubsetParams(Params):

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flowerbed.core import registry
+from flowerbed.core.scenario import Scenario
+from flowerbed.core.seeds import derive_seed
 from flowerbed.data.base import ClientData, Dataset, Partition
-from flowerbed.platform import registry
-from flowerbed.platform.scenario import Scenario
-from flowerbed.platform.seeds import derive_seed
 
 
 @dataclass(frozen=True)

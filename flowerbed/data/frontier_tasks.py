@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import Field
 
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import derive_seed, rng
 from flowerbed.data.base import Dataset, Partition, Transform
 from flowerbed.data.domain_shift import ImageShift
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import derive_seed, rng
 
 KINDS = ("noise", "blur", "contrast", "rotation", "shift_x", "shift_y", "occlude_top")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import rng
 from flowerbed.data.base import Dataset, DatasetMeta
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import rng
 
 
 class GaussianMixtureParams(Params):

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
+from flowerbed.core.registry import Params
 from flowerbed.data.base import Dataset, DatasetMeta, require
 from flowerbed.data.extras import register_with_extra
 from flowerbed.data.sklearn_data import split_rows, standardize
-from flowerbed.platform.registry import Params
 
 STATS = ("mean", "std", "min", "max", "mad")
 

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import rng
 from flowerbed.data.base import Dataset, DatasetMeta, DataSourceError, require
 from flowerbed.data.extras import register_with_extra
 from flowerbed.data.sklearn_data import split_rows, standardize
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import rng
 
 # --- Fashion-MNIST from Debian's dataset-fashion-mnist ------------------------------------
 

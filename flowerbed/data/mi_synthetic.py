@@ -19,9 +19,9 @@ import numpy as np
 from pydantic import Field, model_validator
 from scipy import integrate, stats
 
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import rng
 from flowerbed.data.base import Dataset, DatasetMeta
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import rng
 
 
 class MiScreeningParams(Params):

@@ -7,9 +7,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import derive_seed
 from flowerbed.data.base import Dataset, Partition
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import derive_seed
 
 
 def _flwr_partition(partitioner: object, labels: np.ndarray, num_clients: int) -> Partition:

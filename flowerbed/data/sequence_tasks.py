@@ -26,9 +26,9 @@ import itertools
 import numpy as np
 from pydantic import Field, model_validator
 
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import rng
 from flowerbed.data.base import Dataset, DatasetMeta
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import rng
 
 _BLOCK = 256
 

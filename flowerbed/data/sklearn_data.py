@@ -9,9 +9,9 @@ from pydantic import Field
 from sklearn import datasets as skd
 from sklearn.model_selection import train_test_split
 
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import derive_seed
 from flowerbed.data.base import Dataset, DatasetMeta, Task
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import derive_seed
 
 
 class SplitParams(Params):

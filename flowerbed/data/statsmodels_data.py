@@ -14,10 +14,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from flowerbed.core.registry import Params
 from flowerbed.data.base import Dataset, DatasetMeta, require
 from flowerbed.data.extras import register_with_extra
 from flowerbed.data.sklearn_data import SplitParams, split_and_scale
-from flowerbed.platform.registry import Params
 
 
 def _module(name: str) -> Any:

@@ -22,9 +22,9 @@ import numpy as np
 from pydantic import Field, model_validator
 from scipy import stats
 
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import derive_seed
 from flowerbed.data.base import Dataset, DatasetMeta
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import derive_seed
 
 _DEFAULT_BETA = (1.0, -1.0, 0.5, 2.0, -0.5, 1.0)
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import Field
 
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import rng
 from flowerbed.data.base import Dataset, DatasetMeta
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import rng
 
 
 class SyntheticRidgeParams(Params):

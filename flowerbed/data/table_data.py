@@ -8,9 +8,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from flowerbed.core.registry import Params, register
 from flowerbed.data.base import Dataset, DatasetMeta, DataSourceError, require
 from flowerbed.data.sklearn_data import split_rows, standardize
-from flowerbed.platform.registry import Params, register
 
 
 class TableParams(Params):

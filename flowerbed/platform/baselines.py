@@ -8,8 +8,8 @@ import numpy as np
 from pydantic import Field
 
 from flowerbed.clients.learner import SupervisedLearner
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import derive_seed
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import derive_seed
 
 if TYPE_CHECKING:
     from flowerbed.strategies.base import ServerContext

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from flowerbed.platform.scenario import ScenarioError
+from flowerbed.core.scenario import ScenarioError
 
 Command = Callable[[argparse.Namespace], int]
 _COMMANDS: dict[str, Command] = {}
@@ -45,7 +45,7 @@ def add_set_option(
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Validate scenario files; print every problem with its YAML path."""
-    from flowerbed.platform.scenario import load_scenario
+    from flowerbed.core.scenario import load_scenario
 
     status = 0
     for path in args.files:
@@ -63,8 +63,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """List registered components with one-line descriptions."""
-    from flowerbed.platform import registry
-    from flowerbed.platform.plugins import load_plugins
+    from flowerbed.core import registry
+    from flowerbed.core.plugins import load_plugins
 
     load_plugins()
     kinds = [args.kind] if args.kind else list(registry.KINDS)
@@ -108,8 +108,8 @@ def summary_table(summary: dict[str, Any], full: dict[str, str]) -> Table:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one scenario; print the summary table and the run folder."""
+    from flowerbed.core.scenario import load_scenario
     from flowerbed.platform.runner import RunError, run
-    from flowerbed.platform.scenario import load_scenario
 
     scenario = load_scenario(args.file, args.overrides)
     if "sweep" in (read_yaml_raw(args.file) or {}):

@@ -14,7 +14,7 @@ from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
-from flowerbed.platform import keys
+from flowerbed.core import keys
 
 log = logging.getLogger("flowerbed")
 

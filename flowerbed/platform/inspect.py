@@ -11,9 +11,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from flowerbed.core.scenario import Scenario
 from flowerbed.data.base import DataSourceError, MissingExtraError
 from flowerbed.data.federated import FederatedData, federated_data
-from flowerbed.platform.scenario import Scenario
 
 BARS = " ▁▂▃▄▅▆▇█"
 TARGET_BINS = 10
@@ -126,7 +126,7 @@ def inspect_scenario(scenario: Scenario, out_dir: str | Path) -> Path:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Materialise a scenario's federated data and show per-client statistics."""
-    from flowerbed.platform.scenario import load_scenario
+    from flowerbed.core.scenario import load_scenario
 
     scenario = load_scenario(args.file, args.overrides)
     out_dir = Path(args.output_dir or scenario.output_dir) / scenario.name / "inspect"

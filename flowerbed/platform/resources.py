@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from flowerbed.platform.scenario import Scenario
+from flowerbed.core.scenario import Scenario
 
 log = logging.getLogger("flowerbed")
 
@@ -106,7 +106,7 @@ def model_bytes(scenario: Scenario, num_features: int, out_features: int) -> int
         return 0
     import torch
 
-    from flowerbed.platform import registry
+    from flowerbed.core import registry
 
     with torch.device("meta"):
         module = registry.build(

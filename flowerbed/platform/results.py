@@ -1,73 +1,19 @@
-"""Run folders and result sinks: nothing computed is lost, every file is written atomically."""
+"""Run folders and what a finished run gives back (:class:`Result`)."""
 
 from __future__ import annotations
 
 import json
-import logging
-import os
 import platform as pyplatform
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from flowerbed.core.records import METRICS_FILE, SUMMARY_FILE
+
 if TYPE_CHECKING:
-    from flowerbed.platform.federation import Replies
-    from flowerbed.platform.scenario import Scenario
-
-log = logging.getLogger("flowerbed")
-
-SCENARIO_FILE = "scenario.resolved.yaml"
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "summary.json"
-CLIENTS_FILE = "clients.json"
-CLIENT_METRICS_FILE = "client_metrics.jsonl"
-LOG_FILE = "run.log"
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and a rename (never half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def append_line(path: Path, line: str) -> None:
-    """Append ``line`` and a newline; see :func:`append_lines`."""
-    append_lines(path, [line])
-
-
-def append_lines(path: Path, lines: list[str]) -> None:
-    """Append ``lines``, each with a newline, with one ``write`` call, then sync it to disk.
-
-    Python's buffered files split writes larger than their buffer into several
-    system calls, so a process killed between them would leave half a row. One
-    ``os.write`` of the whole line on an ``O_APPEND`` descriptor leaves either
-    the complete line or nothing (short writes, possible only when the disk
-    is full, raise instead of tearing silently).
-
-    Parameters
-    ----------
-    path
-        The JSON-lines file (created if missing).
-    lines
-        Rows without their newlines; none may contain one.
-    """
-    data = "".join(line + "\n" for line in lines).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        written = os.write(fd, data)
-        if written != len(data):
-            raise OSError(f"short write to {path}: {written} of {len(data)} bytes")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    from flowerbed.core.scenario import Scenario
 
 
 def versions() -> dict[str, str]:
@@ -92,140 +38,6 @@ def new_run_dir(scenario: Scenario, root: str | Path | None = None) -> Path:
         path = base / f"{stamp}-{scenario.digest()}-{suffix}"
     path.mkdir(parents=True)
     return path
-
-
-def metric_name(phase: str, name: str) -> str:
-    """``<phase>/<split>/<metric>``; a bare metric name is taken to be on the test split."""
-    return f"{phase}/{name}" if "/" in name else f"{phase}/test/{name}"
-
-
-@dataclass
-class Recorder:
-    """Receives everything a run produces and writes it to the run folder.
-
-    ``run_dir=None`` keeps results in memory only. ``listeners`` are called
-    with each row (the live progress display is one).
-    """
-
-    scenario: Scenario
-    run_dir: Path | None = None
-    listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    started: float = field(default_factory=time.time)
-    _handler: logging.Handler | None = None
-
-    def start(self) -> None:
-        """Write the resolved scenario and attach the run log."""
-        if self.run_dir is None:
-            return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.run_dir / SCENARIO_FILE, self.scenario.to_yaml())
-        handler = logging.FileHandler(self.run_dir / LOG_FILE)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-        handler.setLevel(logging.INFO)
-        for name in ("flowerbed", "flwr"):
-            logging.getLogger(name).addHandler(handler)
-        self._handler = handler
-
-    def close(self) -> None:
-        """Detach the run log."""
-        if self._handler is not None:
-            for name in ("flowerbed", "flwr"):
-                logging.getLogger(name).removeHandler(self._handler)
-            self._handler.close()
-            self._handler = None
-
-    def _append(self, row: dict[str, Any]) -> None:
-        row = {"time_s": round(time.time() - self.started, 3), **row}
-        self.rows.append(row)
-        if self.run_dir is not None:
-            append_line(self.run_dir / METRICS_FILE, json.dumps(row))
-        for listener in self.listeners:
-            listener(row)
-
-    def metrics(self, server_round: int, phase: str, values: dict[str, float]) -> None:
-        """Record one row of metrics, named ``<phase>/<split>/<metric>``."""
-        named = {metric_name(phase, k): float(v) for k, v in values.items()}
-        self._append({"round": server_round, "phase": phase, **named})
-        log.info("round %d %s %s", server_round, phase, _fmt(named))
-
-    def replies(self, message_type: str, server_round: int, replies: Replies) -> None:
-        """Record who answered a phase; failures are named by partition id."""
-        row: dict[str, Any] = {
-            "round": server_round,
-            "phase": message_type,
-            "event": "replies",
-            **replies.counts(),
-        }
-        if replies.failed:
-            row["failed_clients"] = {str(k): v for k, v in replies.failed.items()}
-            for pid, reason in replies.failed.items():
-                log.warning(
-                    "round %d %s: client %d failed: %s", server_round, message_type, pid, reason
-                )
-        if replies.dropped or replies.late:
-            row["dropped_clients"] = replies.dropped
-            row["late_clients"] = replies.late
-            row["virtual_time_s"] = round(replies.virtual_time, 4)
-        if replies.missing:
-            row["missing_clients"] = replies.missing
-            log.warning(
-                "round %d %s: no reply from clients %s", server_round, message_type, replies.missing
-            )
-        self._append(row)
-        self._client_metrics(message_type, server_round, replies)
-
-    def _client_metrics(self, message_type: str, server_round: int, replies: Replies) -> None:
-        """One ``client_metrics.jsonl`` row per usable reply that carries metrics.
-
-        ``metrics.jsonl`` holds the aggregates; this keeps each client's own
-        figures (per-client accuracy, fairness across clients) without
-        inflating the rows every listener sees. The client's metrics sit under
-        ``metrics`` so a client metric named ``round`` cannot overwrite the row's.
-        """
-        if self.run_dir is None:
-            return
-        lines = [
-            json.dumps(
-                {
-                    "round": server_round,
-                    "phase": message_type,
-                    "client": pid,
-                    "num_examples": p.num_examples,
-                    "metrics": p.metrics,
-                }
-            )
-            for pid, p in sorted(replies.ok.items())
-            if p.metrics
-        ]
-        if lines:
-            append_lines(self.run_dir / CLIENT_METRICS_FILE, lines)
-
-    def event(self, name: str, **info: Any) -> None:
-        """Record a notable event (connection, baseline start, error)."""
-        self._append({"event": name, **info})
-        log.info("%s %s", name, info)
-
-    def write_json(self, filename: str, data: Any) -> None:
-        """Write a JSON file into the run folder atomically."""
-        if self.run_dir is not None:
-            atomic_write(
-                self.run_dir / filename, json.dumps(data, indent=2, default=_json_default) + "\n"
-            )
-
-    def finish(self, summary: dict[str, Any]) -> None:
-        """Write ``summary.json`` (the last file a complete run writes)."""
-        self.write_json(SUMMARY_FILE, summary)
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)
-
-
-def _fmt(metrics: dict[str, float]) -> str:
-    return " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+from flowerbed.core.records import Recorder
+from flowerbed.core.scenario import Scenario, from_dict, load_scenario
 from flowerbed.platform.resources import check_memory
-from flowerbed.platform.results import Recorder, Result, new_run_dir
-from flowerbed.platform.scenario import Scenario, from_dict, load_scenario
+from flowerbed.platform.results import Result, new_run_dir
 
 log = logging.getLogger("flowerbed")
 

@@ -15,11 +15,12 @@ import numpy as np
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from flowerbed.platform import registry
-from flowerbed.platform.federation import Federation
-from flowerbed.platform.results import CLIENTS_FILE, Recorder, new_run_dir, versions
-from flowerbed.platform.scenario import Scenario, load_scenario, validate_scenario
+from flowerbed.core import registry
+from flowerbed.core.records import CLIENTS_FILE, Recorder
+from flowerbed.core.scenario import Scenario, load_scenario, validate_scenario
+from flowerbed.platform.results import new_run_dir, versions
 from flowerbed.strategies.base import ServerContext
+from flowerbed.strategies.federation import Federation
 
 log = logging.getLogger("flowerbed")
 

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from flowerbed.clients.learner import Learner
+from flowerbed.core import registry
+from flowerbed.core.records import Recorder
+from flowerbed.core.registry import Params as BaseParams
+from flowerbed.core.scenario import Scenario
 from flowerbed.data.federated import FederatedData, federated_data
-from flowerbed.platform import registry
-from flowerbed.platform.federation import Federation
-from flowerbed.platform.registry import Params as BaseParams
-from flowerbed.platform.results import Recorder
-from flowerbed.platform.scenario import Scenario
+from flowerbed.strategies.federation import Federation
 
 
 @dataclass

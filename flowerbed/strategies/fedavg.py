@@ -13,12 +13,12 @@ from flwr.serverapp.strategy import FedAvg
 from pydantic import Field
 
 from flowerbed.clients.learner import SupervisedLearner
-from flowerbed.platform import keys
-from flowerbed.platform.federation import Federation, FlowerGridView
-from flowerbed.platform.messages import Payload
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import derive_seed
+from flowerbed.core import keys
+from flowerbed.core.messages import Payload
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import derive_seed
 from flowerbed.strategies.base import ServerContext, Strategy
+from flowerbed.strategies.federation import Federation, FlowerGridView
 
 
 class FedAvgParams(Params):

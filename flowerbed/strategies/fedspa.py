@@ -26,11 +26,11 @@ from pydantic import Field
 from flowerbed.algorithms import fedspa as fs
 from flowerbed.clients import fedspa_learner as keys
 from flowerbed.clients.fedspa_learner import FedSpaLearner
-from flowerbed.platform.federation import Federation, Replies, RoundFailedError
-from flowerbed.platform.messages import Arrays, Payload
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import derive_seed
+from flowerbed.core.messages import Arrays, Payload, Replies
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import derive_seed
 from flowerbed.strategies.base import ServerContext, Strategy
+from flowerbed.strategies.federation import Federation, RoundFailedError
 
 log = logging.getLogger("flowerbed.fedspa")
 

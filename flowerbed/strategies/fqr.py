@@ -22,11 +22,11 @@ from pydantic import Field
 from flowerbed.algorithms import fqr
 from flowerbed.algorithms.fqr_local import LocalFit, pinball_loss, quantreg
 from flowerbed.clients import fqr_learner as K
-from flowerbed.platform.federation import Federation, Replies
-from flowerbed.platform.messages import Payload
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import derive_seed
+from flowerbed.core.messages import Payload, Replies
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import derive_seed
 from flowerbed.strategies.base import ServerContext, Strategy
+from flowerbed.strategies.federation import Federation
 
 log = logging.getLogger("flowerbed")
 

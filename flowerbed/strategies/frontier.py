@@ -22,12 +22,12 @@ from flowerbed.algorithms import frontier as fr
 from flowerbed.algorithms import hedging
 from flowerbed.clients import frontier_learner as K
 from flowerbed.clients.frontier_zoo import cached_zoo, to_array
+from flowerbed.core.messages import Payload
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import derive_seed
 from flowerbed.data.federated import FederatedData
-from flowerbed.platform.federation import Federation
-from flowerbed.platform.messages import Payload
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import derive_seed
 from flowerbed.strategies.base import ServerContext, Strategy
+from flowerbed.strategies.federation import Federation
 
 log = logging.getLogger("flowerbed")
 

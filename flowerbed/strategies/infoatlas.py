@@ -19,11 +19,11 @@ from scipy import stats
 
 from flowerbed.algorithms import infoatlas as ia
 from flowerbed.clients import infoatlas_learner as K
-from flowerbed.platform.federation import Federation
-from flowerbed.platform.messages import Payload
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import derive_seed
+from flowerbed.core.messages import Payload
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import derive_seed
 from flowerbed.strategies.base import ServerContext, Strategy
+from flowerbed.strategies.federation import Federation
 
 log = logging.getLogger("flowerbed")
 

@@ -14,11 +14,11 @@ import numpy as np
 from pydantic import Field
 
 from flowerbed.clients.learner import SupervisedLearner
-from flowerbed.platform.federation import Federation, Replies
-from flowerbed.platform.messages import Arrays, Payload
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import derive_seed
+from flowerbed.core.messages import Arrays, Payload, Replies
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import derive_seed
 from flowerbed.strategies.base import ServerContext, Strategy
+from flowerbed.strategies.federation import Federation
 
 
 class OneShotAverageParams(Params):

@@ -19,11 +19,11 @@ from pydantic import Field
 from flowerbed.algorithms import oneshot_heads as heads
 from flowerbed.algorithms import slot_align as sa
 from flowerbed.clients import slot_align_learner as keys
-from flowerbed.platform.federation import Federation
-from flowerbed.platform.messages import Arrays, Payload
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import derive_seed
+from flowerbed.core.messages import Arrays, Payload
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import derive_seed
 from flowerbed.strategies.base import ServerContext, Strategy
+from flowerbed.strategies.federation import Federation
 
 Pipeline = Literal["fedavg", "ensemble", "prototype"]
 

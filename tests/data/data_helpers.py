@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from flowerbed.core import registry
+from flowerbed.core.plugins import load_plugins
 from flowerbed.data.base import Dataset, DatasetMeta, Partition
-from flowerbed.platform import registry
-from flowerbed.platform.plugins import load_plugins
 
 load_plugins()
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from flowerbed.data.availability import (
+from flowerbed.core.availability import (
     AvailabilityParams,
     client_speed,
     round_availability,

@@ -10,11 +10,11 @@ import pytest
 from data_helpers import build_dataset
 from sklearn import datasets as skd
 
+from flowerbed.core import registry
 from flowerbed.data import base
 from flowerbed.data.base import DataSourceError, MissingExtraError
 from flowerbed.data.image_data import FASHION_DIR, read_idx
 from flowerbed.data.statsmodels_data import supervised_windows
-from flowerbed.platform import registry
 
 SKLEARN = {
     "digits": skd.load_digits,

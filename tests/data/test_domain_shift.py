@@ -7,9 +7,9 @@ import pytest
 from data_helpers import build_dataset, build_partition
 from scipy import ndimage
 
+from flowerbed.core.scenario import load_scenario
 from flowerbed.data.domain_shift import AffineShift, ImageShift
 from flowerbed.data.federated import federated_data
-from flowerbed.platform.scenario import load_scenario
 
 
 @pytest.fixture(scope="module")

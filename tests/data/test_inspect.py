@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from data_helpers import build_dataset  # noqa: F401 - loads plugins
 
+from flowerbed.core.scenario import load_scenario
 from flowerbed.data.federated import federated_data
 from flowerbed.platform.cli import main
 from flowerbed.platform.inspect import client_stats, inspect_scenario, spark
-from flowerbed.platform.scenario import load_scenario
 
 
 def test_inspect_writes_png_and_stats(tmp_path, capsys):

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from data_helpers import assert_disjoint_cover, build_dataset, build_partition, toy_labels
 
+from flowerbed.core import registry
+from flowerbed.core.scenario import load_scenario
 from flowerbed.data.federated import federated_data
 from flowerbed.data.partitioners import allocate
-from flowerbed.platform import registry
-from flowerbed.platform.scenario import load_scenario
 
 LABEL_PARTITIONERS = ["iid", "dirichlet", "pathological", "shard", "size_skew",
                       "quantity_skew", "domain_shift", "label_and_domain_shift"]

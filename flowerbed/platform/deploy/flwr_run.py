@@ -16,12 +16,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from flowerbed.core.records import METRICS_FILE, SUMMARY_FILE
 from flowerbed.platform.deploy.connections import flwr_home, require_connection
-from flowerbed.platform.results import METRICS_FILE, SUMMARY_FILE
 
 if TYPE_CHECKING:
-    from flowerbed.platform.results import Recorder
-    from flowerbed.platform.scenario import Scenario
+    from flowerbed.core.records import Recorder
+    from flowerbed.core.scenario import Scenario
 
 log = logging.getLogger("flowerbed")
 

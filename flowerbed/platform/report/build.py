@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flowerbed.core.records import atomic_write
 from flowerbed.platform.report.plots import plot_bars, plot_curves, plot_run
 from flowerbed.platform.report.runs import REPORT_DIR, RunInfo, find_runs
 from flowerbed.platform.report.tables import (
@@ -20,7 +21,6 @@ from flowerbed.platform.report.tables import (
     summary_rows,
     write_csv,
 )
-from flowerbed.platform.results import atomic_write
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from flowerbed.platform.results import METRICS_FILE, SCENARIO_FILE, SUMMARY_FILE
+from flowerbed.core.records import METRICS_FILE, SCENARIO_FILE, SUMMARY_FILE
 
 REPORT_DIR = "report"
 OVERRIDES_FILE = "overrides.yaml"  # written by flowerbed.platform.sweep

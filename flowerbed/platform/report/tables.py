@@ -9,8 +9,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from flowerbed.core.records import atomic_write
 from flowerbed.platform.report.runs import RunInfo
-from flowerbed.platform.results import atomic_write
 
 
 def lookup(data: dict[str, Any], key: str) -> Any:

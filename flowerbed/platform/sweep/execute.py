@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flowerbed.platform.results import SUMMARY_FILE, atomic_write
-from flowerbed.platform.scenario import Scenario
+from flowerbed.core.records import SUMMARY_FILE, atomic_write
+from flowerbed.core.scenario import Scenario
 from flowerbed.platform.sweep.folders import (
     ERROR_FILE,
     OVERRIDES_FILE,
@@ -26,7 +26,7 @@ from flowerbed.platform.sweep.plan import SweepPlan, SweepPoint
 from flowerbed.platform.sweep.progress import SweepProgress
 
 if TYPE_CHECKING:
-    from flowerbed.platform.results import Recorder
+    from flowerbed.core.records import Recorder
 
 @dataclass
 class PointResult:
@@ -74,7 +74,7 @@ class _Executor:
 
     def execute(self, point: SweepPoint, run_point: RunPoint) -> None:
         """Run one point with ``run_point(scenario, recorder)``; any error is recorded."""
-        from flowerbed.platform.results import Recorder
+        from flowerbed.core.records import Recorder
 
         folder = self.folder(point)
         archive_attempt(folder)

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from flowerbed.platform.results import (
+from flowerbed.core.records import (
     CLIENT_METRICS_FILE,
     CLIENTS_FILE,
     LOG_FILE,

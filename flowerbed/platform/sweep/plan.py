@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from flowerbed.platform.scenario import (
+from flowerbed.core.scenario import (
     COMPONENT_FIELDS,
     Scenario,
     ScenarioError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from flowerbed.platform.scenario import Scenario
+from flowerbed.core.scenario import Scenario
 from flowerbed.platform.sweep.plan import SweepPoint, label
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from flowerbed.platform.scenario import ScenarioError
+from flowerbed.core.scenario import ScenarioError
 
 RESERVED = ("name", "grid", "zip", "seeds")
 _KEY_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")

@@ -25,8 +25,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from flowerbed.platform.registry import Params
-from flowerbed.platform.seeds import rng
+from flowerbed.core.registry import Params
+from flowerbed.core.seeds import rng
 
 
 class AvailabilityParams(Params):

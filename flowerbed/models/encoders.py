@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
+from flowerbed.core import registry
+from flowerbed.core.registry import Params, register
 from flowerbed.data.base import DatasetMeta
-from flowerbed.platform import registry
-from flowerbed.platform.registry import Params, register
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -98,7 +98,7 @@ class EfficientNetParams(Params):
 
 @functools.cache
 def _pretrained(path: str | None) -> Any:
-    from flowerbed.clients.efficientnet_lite import load_pretrained
+    from flowerbed.models.efficientnet_lite import load_pretrained
 
     return load_pretrained(path)
 

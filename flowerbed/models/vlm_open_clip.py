@@ -28,9 +28,9 @@ import torch
 from pydantic import Field
 from torch.nn import functional as F
 
-from flowerbed.clients.vlm import VisionLanguageModel, VlmParams, file_identity
+from flowerbed.core.registry import Params, register
 from flowerbed.data.base import DatasetMeta
-from flowerbed.platform.registry import Params, register
+from flowerbed.models.vlm import VisionLanguageModel, VlmParams, file_identity
 
 INSTALL_HINT = "pip install open_clip_torch (or pip install 'flowerbed[vlm]')"
 TINY_NAME = "flowerbed-tiny"
@@ -200,7 +200,7 @@ class OpenClipVLM(VisionLanguageModel):
 
     def encode_images_uncached(self, x: np.ndarray, meta: DatasetMeta) -> np.ndarray:
         """Images resized to the model's size, CLIP-normalised, through the image tower."""
-        from flowerbed.clients.encoders import to_image_batch
+        from flowerbed.models.encoders import to_image_batch
 
         p: OpenClipParams = self.params  # type: ignore[assignment]
         img = to_image_batch(x, meta, self.image_size, 1.0)

@@ -37,14 +37,20 @@ from flowerbed.algorithms.clip_loss import (
     clamp_log_scale,
     clip_loss,
 )
-from flowerbed.clients.two_tower_captions import (
+from flowerbed.core.artefacts import PretrainTarget, ensure_artefact
+from flowerbed.core.cache import cached_file
+from flowerbed.core.registry import Params, register
+from flowerbed.core.seeds import derive_seed
+from flowerbed.data.base import DatasetMeta
+from flowerbed.data.image_data import FASHION_CLASSES, FASHION_DIR
+from flowerbed.models.two_tower_captions import (
     CAPTION_TEMPLATES,
     FASHION_META,
     FASHION_TRAIN_ROWS,
     captions,
     fashion_rows,
 )
-from flowerbed.clients.vlm import (
+from flowerbed.models.vlm import (
     DEFAULT_TEMPLATES,
     VisionLanguageModel,
     VlmParams,
@@ -53,12 +59,6 @@ from flowerbed.clients.vlm import (
     params_hash,
     save_atomic,
 )
-from flowerbed.data.base import DatasetMeta
-from flowerbed.data.image_data import FASHION_CLASSES, FASHION_DIR
-from flowerbed.platform.cache import cached_file
-from flowerbed.platform.pretrain import PretrainTarget, ensure_artefact
-from flowerbed.platform.registry import Params, register
-from flowerbed.platform.seeds import derive_seed
 
 logger = logging.getLogger("flowerbed.vlm.two_tower")
 
@@ -143,7 +143,7 @@ def image_tower_features(
     x: np.ndarray, meta: DatasetMeta, image_size: int, batch_size: int = 64, show: bool = False
 ) -> np.ndarray:
     """EfficientNet-Lite0 pooled features ``(n, 1280)`` of image rows (progress optional)."""
-    from flowerbed.clients.encoders import EfficientNetEncoder, EfficientNetParams
+    from flowerbed.models.encoders import EfficientNetEncoder, EfficientNetParams
 
     encoder = EfficientNetEncoder(EfficientNetParams(image_size=image_size, batch_size=batch_size))
     step = 512
@@ -161,7 +161,7 @@ def image_tower_features(
 
 def text_tower_features(texts: Sequence[str]) -> torch.Tensor:
     """MiniLM sentence embeddings ``(n, 384)``, unit norm."""
-    from flowerbed.clients.minilm import load_sentence_encoder
+    from flowerbed.models.minilm import load_sentence_encoder
 
     return load_sentence_encoder().encode(list(texts))
 
@@ -335,14 +335,14 @@ class TwoTowerVLM(VisionLanguageModel):
 
     def context_from_text(self, text: str) -> Any:
         """MiniLM word embeddings of ``text`` (no special tokens)."""
-        from flowerbed.clients.minilm import load_sentence_encoder
+        from flowerbed.models.minilm import load_sentence_encoder
 
         enc = load_sentence_encoder()
         return enc.model.word_embeddings(torch.tensor(enc.token_ids(text))).clone()
 
     def prompt_text_features(self, context: Any, class_names: Sequence[str]) -> Any:
         """``[CLS] ctx <name> . [SEP]`` through MiniLM and the text head; grads reach ``ctx``."""
-        from flowerbed.clients.minilm import load_sentence_encoder
+        from flowerbed.models.minilm import load_sentence_encoder
 
         enc = load_sentence_encoder()
         names = [enc.model.word_embeddings(torch.tensor(enc.token_ids(f"{n}.")))

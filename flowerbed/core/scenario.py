@@ -12,9 +12,9 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import Field, ValidationError, create_model, field_validator, model_validator
 
-from flowerbed.data.availability import AvailabilityParams
-from flowerbed.platform import registry
-from flowerbed.platform.registry import Params
+from flowerbed.core import registry
+from flowerbed.core.availability import AvailabilityParams
+from flowerbed.core.registry import Params
 
 #: Scenario fields that name a registered component, mapped to their registry kind.
 COMPONENT_FIELDS = {
@@ -174,7 +174,7 @@ def _union(kind: str) -> Any:
 @functools.cache
 def scenario_model() -> type[ScenarioBase]:
     """The scenario model for everything registered (plugins are imported first)."""
-    from flowerbed.platform.plugins import load_plugins
+    from flowerbed.core.plugins import load_plugins
 
     load_plugins()
     fields: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""Early-exit client models: an MLP with exit heads, trained with a multi-exit loss.
+"""Early-exit model: an MLP with exit heads and the multi-exit loss it is trained with.
 
 Method: the adaptive "partial computation" regime of "Theoretical Guarantees for
 One-Shot Magnitude Pruning and Compute-Adaptive Early Exit" (ICML 2026 poster
@@ -8,7 +8,8 @@ leaves at the first head whose confidence (or logit margin) is above a threshold
 margin rule that is the paper's conditional perceptron. Training sums the
 cross-entropy of every head (as in BranchyNet, Teerapittayanon et al., 2016).
 
-Model ``early_exit_mlp`` and learner ``sgd_early_exit`` go together: the learner is
+Model ``early_exit_mlp`` and learner ``sgd_early_exit``
+(:mod:`flowerbed.clients.early_exit_learner`) go together: the learner is
 ``sgd_pruned`` (so the upload can also be pruned) with the multi-exit loss and a
 score that reports, besides ``accuracy`` (with early exits) and ``loss`` (final
 head), ``accuracy_full``, ``accuracy_exit<k>`` (head after block k on every input),
@@ -19,19 +20,13 @@ multiply-accumulates per input over those of the same MLP without exit heads).
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 import torch
 from pydantic import Field, model_validator
 from torch import nn
 from torch.nn import functional as F
 
-from flowerbed.algorithms.compute_theory import cascade_exit
-from flowerbed.clients.pruned_learner import PrunedSGDLearner, PrunedSGDParams
-from flowerbed.data.base import DatasetMeta
-from flowerbed.platform.messages import Arrays
-from flowerbed.platform.registry import Params, register
+from flowerbed.core.registry import Params, register
 
 
 class EarlyExitMLPParams(Params):
@@ -114,99 +109,3 @@ class MultiExitLoss(nn.Module):
         """Weighted sum of the heads' cross-entropies."""
         losses = [w * F.cross_entropy(z, target) for w, z in zip(self.weights, logits, strict=True)]
         return torch.stack(losses).sum()
-
-
-class EarlyExitParams(PrunedSGDParams):
-    """``sgd_pruned`` settings plus the multi-exit loss and the exit rule."""
-
-    exit_loss_weight: float = Field(
-        1.0, ge=0, description="weight of each early head's cross-entropy (final head: 1)"
-    )
-    exit_threshold: float = Field(
-        0.9, ge=0, description="an input exits when its score is strictly above this"
-    )
-    exit_rule: Literal["confidence", "margin"] = Field(
-        "confidence", description="score: top softmax probability or top-2 logit gap"
-    )
-    curve_thresholds: tuple[float, ...] = Field(
-        (),
-        description="more thresholds scored in the same evaluation, reported as "
-        "accuracy_at_<t>, exit_fraction_at_<t>, exit_disagreement_at_<t>, "
-        "compute_fraction_at_<t>",
-    )
-
-
-@register("learner", "sgd_early_exit")
-class EarlyExitLearner(PrunedSGDLearner):
-    """``sgd_pruned`` for ``early_exit_mlp``: multi-exit loss, early-exit scoring.
-
-    Contract: the exchanged arrays are the model's state dict (every head
-    included), so FedAvg averages all heads. ``score`` answers as the deployed
-    model would (``accuracy`` with early exits at ``exit_threshold``) and also
-    reports the full model and each head; a threshold no score exceeds
-    (``confidence`` >= 1, or ``margin`` = inf) gives ``accuracy ==
-    accuracy_full`` and ``exit_fraction == 0``.
-    """
-
-    Params = EarlyExitParams
-    p: EarlyExitParams
-
-    def _build(self, meta: DatasetMeta) -> nn.Module:
-        if meta.task != "classification":
-            raise ValueError(
-                f"learner 'sgd_early_exit' needs a classification dataset; "
-                f"{meta.name!r} is {meta.task}"
-            )
-        model = super()._build(meta)
-        if not isinstance(model, EarlyExitMLP):
-            raise ValueError(
-                f"learner 'sgd_early_exit' needs model 'early_exit_mlp', got {type(model).__name__}"
-            )
-        model.all_exits = True
-        return model
-
-    def _loss(self, meta: DatasetMeta) -> nn.Module:
-        assert self.scenario.model is not None  # checked by SGDLearner
-        exits: tuple[int, ...] = getattr(self.scenario.model, "exits", ())
-        return MultiExitLoss([self.p.exit_loss_weight] * len(exits) + [1.0])
-
-    def score(
-        self, arrays: Arrays, x: np.ndarray, y: np.ndarray, meta: DatasetMeta
-    ) -> dict[str, float]:
-        """Loss (final head), accuracy with early exits, per-head accuracy and compute."""
-        model = self._load(meta, arrays)
-        assert isinstance(model, EarlyExitMLP)
-        model.eval()
-        with torch.no_grad():
-            xt = torch.as_tensor(np.asarray(x, dtype=np.float32), device=self.device())
-            logits = [z.cpu().numpy().astype(np.float64) for z in model(xt)]
-        y = np.asarray(y)
-        final = torch.as_tensor(logits[-1])
-        metrics = {
-            "loss": float(F.cross_entropy(final, torch.as_tensor(y, dtype=torch.int64))),
-            "accuracy_full": float(np.mean(logits[-1].argmax(1) == y)),
-            **self._at(logits, y, model, self.p.exit_threshold, suffix=""),
-        }
-        for k, z in zip(model.exits, logits[:-1], strict=True):
-            metrics[f"accuracy_exit{k}"] = float(np.mean(z.argmax(1) == y))
-        for t in self.p.curve_thresholds:
-            metrics.update(self._at(logits, y, model, t, suffix=f"_at_{t:g}"))
-        return metrics
-
-    def _at(
-        self,
-        logits: list[np.ndarray],
-        y: np.ndarray,
-        model: EarlyExitMLP,
-        threshold: float,
-        suffix: str,
-    ) -> dict[str, float]:
-        """Accuracy, exits, disagreement with the full model and compute at ``threshold``."""
-        pred, used = cascade_exit(logits, threshold, self.p.exit_rule)
-        macs = float(np.mean(np.take(model.exit_macs, used)))
-        return {
-            f"accuracy{suffix}": float(np.mean(pred == y)),
-            f"exit_fraction{suffix}": float(np.mean(used < len(logits) - 1)),
-            f"exit_disagreement{suffix}": float(np.mean(pred != logits[-1].argmax(1))),
-            f"compute_fraction{suffix}": macs / model.base_macs,
-        }

@@ -13,7 +13,7 @@ top of the features, never the towers.
 
 Encoding images is the expensive step of every CLIP-style run, so
 :meth:`VisionLanguageModel.encode_images` caches its output on disk (under
-``flowerbed.platform.cache.cache_dir()``), keyed by the model's parameters, its
+``flowerbed.core.cache.cache_dir()``), keyed by the model's parameters, its
 weights' identity and a hash of the rows themselves: a repeated run or a sweep
 over method settings encodes each client's rows once. Subclasses implement
 :meth:`VisionLanguageModel.encode_images_uncached`.
@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
+from flowerbed.core import registry
+from flowerbed.core.cache import cached_file
+from flowerbed.core.registry import Params
 from flowerbed.data.base import DatasetMeta
-from flowerbed.platform import registry
-from flowerbed.platform.cache import cached_file
-from flowerbed.platform.registry import Params
 
 logger = logging.getLogger("flowerbed.vlm")
 

@@ -21,7 +21,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from flowerbed.algorithms import hipe
-from flowerbed.platform.registry import Params, register
+from flowerbed.core.registry import Params, register
 
 PosEmb = Literal["none", "sinusoidal", "learned", "rope", "hipe"]
 

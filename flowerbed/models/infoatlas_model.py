@@ -26,9 +26,9 @@ from pydantic import Field
 
 from flowerbed.algorithms import infoatlas as ia
 from flowerbed.algorithms import infoatlas_training as iat
-from flowerbed.platform.cache import cached_file
-from flowerbed.platform.pretrain import PretrainTarget, ensure_artefact
-from flowerbed.platform.registry import Params
+from flowerbed.core.artefacts import PretrainTarget, ensure_artefact
+from flowerbed.core.cache import cached_file
+from flowerbed.core.registry import Params
 
 log = logging.getLogger("flowerbed.pretrain")
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from flowerbed.platform import keys
+from flowerbed.core import keys
 
 Arrays = dict[str, np.ndarray]
 
@@ -197,3 +197,34 @@ def check_reply(payload: Payload, expected: Arrays | None = None) -> str | None:
                 f"expected {ref.dtype}{list(ref.shape)}"
             )
     return None
+
+
+@dataclass
+class Replies:
+    """Outcome of one :meth:`Federation.ask`, keyed by partition id.
+
+    Attributes
+    ----------
+    ok
+        Usable replies.
+    failed
+        Replies that came back as errors or failed validation, with the reason.
+    missing
+        Clients that did not answer: timed out, or (virtual time) dropped or
+        late by the scenario's availability profile.
+    dropped, late
+        The availability profile's share of ``missing`` this round.
+    virtual_time
+        Simulated duration of the phase (slowest on-time client, or the deadline).
+    """
+
+    ok: dict[int, Payload] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
+    missing: list[int] = field(default_factory=list)
+    dropped: list[int] = field(default_factory=list)
+    late: list[int] = field(default_factory=list)
+    virtual_time: float = 0.0
+
+    def counts(self) -> dict[str, int]:
+        """``{"ok": .., "failed": .., "missing": ..}`` for logs and progress."""
+        return {"ok": len(self.ok), "failed": len(self.failed), "missing": len(self.missing)}

@@ -129,7 +129,7 @@ def get(kind: str, name: str) -> Entry:
 
 
 def _import_plugin_for(kind: str, name: str) -> None:
-    from flowerbed.platform.plugins import import_component, load_plugins
+    from flowerbed.core.plugins import import_component, load_plugins
 
     if not (import_component(kind, name) and name in _REGISTRY[kind]):
         load_plugins()
@@ -155,7 +155,7 @@ def spec_union(kind: str) -> Any:
     """
     from pydantic import Field
 
-    from flowerbed.platform.plugins import import_kind
+    from flowerbed.core.plugins import import_kind
 
     import_kind(kind)
     models = tuple(e.params for e in entries(kind))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from torch import nn
 
-from flowerbed.platform.registry import Params, register
+from flowerbed.core.registry import Params, register
 
 
 class MLPParams(Params):

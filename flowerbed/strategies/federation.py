@@ -6,7 +6,6 @@ import math
 import re
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -14,50 +13,19 @@ from flwr.app import Message
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp import Grid
 
-from flowerbed.data.availability import RoundAvailability, round_availability
-from flowerbed.platform import keys
-from flowerbed.platform.grids import DelegatingGrid
-from flowerbed.platform.messages import Arrays, Payload, check_reply
-from flowerbed.platform.seeds import derive_seed
+from flowerbed.core import keys
+from flowerbed.core.availability import RoundAvailability, round_availability
+from flowerbed.core.messages import Arrays, Payload, Replies, check_reply
+from flowerbed.core.seeds import derive_seed
+from flowerbed.strategies.grids import DelegatingGrid
 
 if TYPE_CHECKING:
-    from flowerbed.platform.results import Recorder
-    from flowerbed.platform.scenario import Scenario
+    from flowerbed.core.records import Recorder
+    from flowerbed.core.scenario import Scenario
 
 
 class RoundFailedError(RuntimeError):
     """Too few clients answered a phase; finished rounds are already saved."""
-
-
-@dataclass
-class Replies:
-    """Outcome of one :meth:`Federation.ask`, keyed by partition id.
-
-    Attributes
-    ----------
-    ok
-        Usable replies.
-    failed
-        Replies that came back as errors or failed validation, with the reason.
-    missing
-        Clients that did not answer: timed out, or (virtual time) dropped or
-        late by the scenario's availability profile.
-    dropped, late
-        The availability profile's share of ``missing`` this round.
-    virtual_time
-        Simulated duration of the phase (slowest on-time client, or the deadline).
-    """
-
-    ok: dict[int, Payload] = field(default_factory=dict)
-    failed: dict[int, str] = field(default_factory=dict)
-    missing: list[int] = field(default_factory=list)
-    dropped: list[int] = field(default_factory=list)
-    late: list[int] = field(default_factory=list)
-    virtual_time: float = 0.0
-
-    def counts(self) -> dict[str, int]:
-        """``{"ok": .., "failed": .., "missing": ..}`` for logs and progress."""
-        return {"ok": len(self.ok), "failed": len(self.failed), "missing": len(self.missing)}
 
 
 def required_replies(min_replies: float, asked: int) -> int:

@@ -1,0 +1,1 @@
+"""Networks and pretrained parts: MLPs, transformers, encoders, vision-language models."""
