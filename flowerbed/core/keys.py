@@ -16,3 +16,10 @@ JSON_PREFIX = "json:"  # config values Flower's ConfigRecord cannot hold travel 
 
 #: Message types the platform itself sends.
 SETUP = "query.setup"
+#: A local task: the learner's ``run_local`` on the client's own data (strategy ``local``).
+LOCAL_TASK = "train.local"
+#: Config keys of ``query.setup`` locating the client's persistent state.
+STATE_DIR = "state-dir"
+RUN_NAME = "run-name"
+#: ``node_config`` key: a SuperNode's own folder for per-client state (deployment).
+NODE_STATE_DIR = "state-dir"
