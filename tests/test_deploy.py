@@ -178,18 +178,29 @@ def _assert_same_metrics(result, reference):
         assert final[key] == pytest.approx(value, abs=1e-6), key
 
 
+def _local_task() -> dict:
+    """A local task (per-client logistic regression) with both baselines, 2 clients."""
+    scenario = tiny_scenario(
+        num_clients=2, rounds=1, learner={"name": "sklearn"}, strategy={"name": "local"},
+        baselines=["centralized", "local_only"],
+    )
+    scenario.pop("model")
+    return scenario
+
+
 @pytest.mark.slow
 def test_superlink_and_two_supernodes_match_inline(tmp_path, inline_reference):
+    local_inline = flowerbed.run(_local_task(), ["engine=inline"], save=False).summary["results"]
+    deployed = ["engine.name=deployment"]
     with _deployment(tmp_path) as dep:
-        result = flowerbed.run(
-            _two_clients(),
-            ["engine.name=deployment", f"engine.flwr_home={dep.flwr_home}"],
-            output_dir=tmp_path / "runs",
-        )
+        deployed.append(f"engine.flwr_home={dep.flwr_home}")
+        result = flowerbed.run(_two_clients(), deployed, output_dir=tmp_path / "runs")
+        local = flowerbed.run(_local_task(), deployed, save=False)
     assert result.summary["engine"] == "deployment"
     assert (result.run_dir / "summary.json").is_file()
     assert any(r.get("phase") == "train" for r in result.rows)
     _assert_same_metrics(result, inline_reference)
+    assert local.summary["results"] == local_inline
 
 
 @pytest.mark.slow

@@ -187,25 +187,30 @@ def _toy_learner():
     return scenario, learner, federated_data(scenario)
 
 
-def test_client_keeps_its_own_prototypes_and_messages_are_c_by_d_float32(tmp_path, monkeypatch):
-    """Round 2 with zero epochs returns exactly the client's own round-1 P (no averaging)."""
+def test_client_keeps_its_own_prototypes_and_messages_are_c_by_d_float32(tmp_path):
+    """Round 2 with zero epochs returns exactly the client's own round-1 P (no averaging).
+
+    The prototypes live in each client's state folder, so a new learner object
+    (a worker process that died between rounds) continues from them.
+    """
     from flowerbed.clients import fedspa_learner as keys
+    from flowerbed.clients.fedspa_learner import FedSpaLearner
     from flowerbed.clients.learner import TaskContext
     from flowerbed.core.messages import Payload
 
-    monkeypatch.setenv("FLOWERBED_CACHE", str(tmp_path))
     scenario, learner, fed = _toy_learner()
     meta = fed.dataset.meta
     t0 = learner.text_features(meta)
     c, d = t0.shape
     p0 = np.full((c, d), 0.1, np.float32)
-    state = "ab" * 8
     out = {}
     for r, epochs in ((1, 3), (2, 0)):
+        if r == 2:
+            learner = FedSpaLearner(scenario.component("learner"), scenario=scenario)
         for pid in (0, 1):
             arrays = {keys.TEXT: t0, **({keys.INIT_PROTOS: p0} if r == 1 else {})}
-            config = {keys.ARM: "fedspa", keys.EPOCHS: epochs, keys.STATE: state}
-            task = TaskContext(scenario, pid, r, seed=pid * 10 + r)
+            config = {keys.ARM: "fedspa", keys.EPOCHS: epochs}
+            task = TaskContext(scenario, pid, r, seed=pid * 10 + r, state_root=tmp_path)
             reply = learner.train_fedspa(fed.client(pid), Payload(arrays, config), task)
             protos = reply.arrays[keys.PROTOS]
             assert protos.dtype == np.float32 and protos.shape == (c, d)
@@ -213,9 +218,36 @@ def test_client_keeps_its_own_prototypes_and_messages_are_c_by_d_float32(tmp_pat
             out[r, pid] = protos
     for pid in (0, 1):
         np.testing.assert_array_equal(out[2, pid], out[1, pid])
+        saved = np.load(tmp_path / f"client_{pid}" / "fedspa" / "fedspa.npy")
+        np.testing.assert_array_equal(saved, out[1, pid])
     assert not np.array_equal(out[1, 0], out[1, 1])
-    learner.query_fedspa_cleanup(fed.client(0), Payload(config={keys.STATE: state}), task)
-    assert not (tmp_path / "fedspa_state" / state).exists()
+
+
+def test_results_unchanged_by_the_state_api_and_no_cache_state(tmp_path, monkeypatch):
+    """The numbers before prototypes moved to the client-state API, bit for bit."""
+    import json
+    from pathlib import Path
+
+    import flowerbed
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("FLOWERBED_CACHE", str(cache))
+    before = json.loads(
+        (Path(__file__).parent / "fixtures" / "fedspa_before_state_api.json").read_text()
+    )["results"]
+    result = flowerbed.run(SCENARIO, [
+        *QUICK, "strategy.baselines=[zero_shot, fedavg_linear, local_only, promptfl]",
+    ], output_dir=tmp_path / "runs")
+    res = result.summary["results"]
+    assert set(res) == set(before)
+    for source, metrics in before.items():
+        for key, value in metrics.items():
+            if key.startswith("align/"):  # float32 optimiser state: equal up to rounding
+                assert res[source][key] == pytest.approx(value, rel=1e-6), (source, key)
+            else:
+                assert res[source][key] == value, (source, key)
+    assert not (cache / "fedspa_state").exists()
+    assert (result.run_dir / "client_state" / "client_0" / "fedspa" / "fedspa.npy").is_file()
 
 
 def test_zero_shot_head_matches_the_world_directly():

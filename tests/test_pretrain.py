@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from flowerbed.core import artefacts as pretrain
-from flowerbed.core import cache
+from flowerbed.core import cache, plugins
 from flowerbed.core.registry import Params
 from flowerbed.platform.cli import main
 
@@ -39,7 +39,9 @@ def _toy_module(calls: list[int]) -> types.ModuleType:
 def toy(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[int]:
     calls: list[int] = []
     monkeypatch.setitem(sys.modules, "toy_target", _toy_module(calls))
-    monkeypatch.setitem(pretrain.TARGET_MODULES, "toy", "toy_target")
+    # As if discovery had read a module defining the toy target.
+    found = plugins.pretrain_targets()
+    monkeypatch.setattr(plugins, "pretrain_targets", lambda: {**found, "toy": "toy_target"})
     monkeypatch.setenv(cache.ENV_VAR, str(tmp_path / "cache"))
     return calls
 

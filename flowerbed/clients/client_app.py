@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 from typing import Any
 
 from flwr.app import ConfigRecord, Context, Message
 from flwr.app.metadata import validate_message_type
 from flwr.clientapp import ClientApp
 
-from flowerbed.clients.learner import Learner, TaskContext
+from flowerbed.clients.learner import Learner, TaskContext, client_seed
+from flowerbed.clients.state import remove_client
 from flowerbed.core import keys, registry
 from flowerbed.core.messages import Payload
 from flowerbed.core.registry import Params
@@ -29,7 +31,6 @@ from flowerbed.core.scenario import (
     ScenarioBase,
     validate_scenario,
 )
-from flowerbed.core.seeds import derive_seed
 from flowerbed.data.federated import FederatedData, federated_data
 
 _STATE_KEY = "flowerbed"
@@ -127,14 +128,44 @@ def _limit_threads(num_cpus: float) -> None:
         pass
 
 
+def state_root(config: dict[str, Any], node_config: Any, engine: str) -> str:
+    """The folder holding this node's client state for the run (see :mod:`.state`).
+
+    A SuperNode's own ``state-dir`` wins; a deployed node without one uses
+    the artefact cache on its own disk; simulated clients share the server's
+    run folder.
+    """
+    run_name = str(config.get(keys.RUN_NAME, "")) or "run"
+    own = str(node_config.get(keys.NODE_STATE_DIR, "") or "")
+    if own:
+        return str(Path(own) / run_name)
+    if engine == "deployment":
+        from flowerbed.core.cache import cache_dir
+
+        return str(cache_dir() / "client_state" / run_name)
+    return str(config.get(keys.STATE_DIR, ""))
+
+
 def _setup(msg: Message, context: Context) -> Message:
-    """Keep the resolved scenario in the node state; answer with the partition id."""
+    """Keep the resolved scenario and the state folder in the node state; answer the pid."""
     payload = Payload.from_record(msg.content)
+    yaml_text = str(payload.config[keys.SCENARIO_YAML])
+    engine = _scenario(yaml_text).engine.name
     context.state[_STATE_KEY] = ConfigRecord(
-        {keys.SCENARIO_YAML: payload.config[keys.SCENARIO_YAML]}
+        {
+            keys.SCENARIO_YAML: yaml_text,
+            keys.STATE_DIR: state_root(dict(payload.config), context.node_config, engine),
+        }
     )
     pid = int(context.node_config[keys.PARTITION_ID])
     return Message(Payload(config={keys.PARTITION_ID: pid}).to_record(), reply_to=msg)
+
+
+def _cleanup_state(msg: Message, root: str, pid: int) -> Message:
+    """Delete this client's state folder (``clients.keep_state: false``)."""
+    if root:
+        remove_client(Path(root), pid)
+    return Message(Payload().to_record(), reply_to=msg)
 
 
 def handle(msg: Message, context: Context) -> Message:
@@ -145,15 +176,19 @@ def handle(msg: Message, context: Context) -> Message:
     if _STATE_KEY not in context.state:
         raise RuntimeError("message before setup: the server must send query.setup first")
     # ``state[key]`` returns the record itself; ``state.config_records[key]`` copies the map.
-    yaml_text = str(context.state[_STATE_KEY][keys.SCENARIO_YAML])  # type: ignore[index]
+    record = context.state[_STATE_KEY]
+    yaml_text = str(record[keys.SCENARIO_YAML])  # type: ignore[index]
+    root = str(record.get(keys.STATE_DIR, "") or "")  # type: ignore[union-attr]
+    pid = int(context.node_config[keys.PARTITION_ID])
+    if message_type == keys.STATE_CLEANUP:
+        return _cleanup_state(msg, root, pid)
     scenario = _scenario(yaml_text)
     _limit_threads(scenario.engine.client_resources.num_cpus)
-    pid = int(context.node_config[keys.PARTITION_ID])
     data = _data(yaml_text).client(pid)
     payload = Payload.from_record(msg.content)
     server_round = int(payload.config.get(keys.SERVER_ROUND, 0))
-    seed = derive_seed(scenario.seed, "client", pid, message_type, server_round)
-    task = TaskContext(scenario, pid, server_round, seed)
+    seed = client_seed(scenario, pid, message_type, server_round)
+    task = TaskContext(scenario, pid, server_round, seed, Path(root) if root else None)
     reply = _learner(yaml_text).handler(message_type)(data, payload, task)
     if not isinstance(reply, Payload):
         raise TypeError(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import shutil
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -29,7 +28,6 @@ from pydantic import Field
 
 from flowerbed.algorithms import fedspa as fs
 from flowerbed.clients.learner import Learner, TaskContext
-from flowerbed.core.cache import cache_dir
 from flowerbed.core.messages import Payload
 from flowerbed.core.registry import Params, register
 from flowerbed.core.seeds import rng
@@ -49,11 +47,10 @@ TRAIN_MESSAGE = "train.fedspa"
 LINEAR_MESSAGE = "train.fedspa_linear"
 PROMPT_MESSAGE = "train.fedspa_prompt"
 EVAL_MESSAGE = "evaluate.fedspa"
-CLEANUP_MESSAGE = "query.fedspa_cleanup"
 SUMS, COUNTS = "class_sums", "class_counts"
 TEXT, PROTOS, INIT_PROTOS = "text", "prototypes", "init_prototypes"
 HEAD_W, HEAD_B, CONTEXT = "head_w", "head_b", "context"
-ARM, EPOCHS, STATE, HEAD = "arm", "epochs", "state", "head"
+ARM, EPOCHS, HEAD = "arm", "epochs", "head"
 ARMS = ("fedspa", "local_only")
 HEADS = ("text", "linear", "prompt")
 
@@ -168,13 +165,6 @@ def _vlm(spec_json: str, spec: Params) -> VisionLanguageModel:
     return build_vlm(spec)
 
 
-def state_folder(token: str) -> Any:
-    """Where the clients of one run keep their prototypes between rounds."""
-    if not re.fullmatch(r"[0-9a-f]{8,64}", token):
-        raise ValueError(f"fedspa: bad state token {token!r} (hex expected)")
-    return cache_dir() / "fedspa_state" / token
-
-
 @register("learner", "fedspa")
 class FedSpaLearner(Learner):
     """FedSPA prototypes, linear-head and prompt baselines on frozen VLM features."""
@@ -249,12 +239,15 @@ class FedSpaLearner(Learner):
         arm = str(payload.config[ARM])
         if arm not in ARMS:
             raise ValueError(f"learner fedspa: unknown arm {arm!r}; known: {', '.join(ARMS)}")
-        path = state_folder(str(payload.config[STATE])) / f"{arm}-{data.partition_id}.npy"
+        # Each client's prototypes outlive the message (and the worker process): they
+        # are the client's own model, never averaged, kept in its state folder.
+        state = ctx.client_state("fedspa")
+        saved = state.load_array(arm)
         f, y = self.features(data, "train")
         t0 = None if arm == "fedspa" else self.text_features(data.meta)
         t = payload.arrays[TEXT] if t0 is None else t0
-        if path.is_file():
-            protos = np.load(path)
+        if saved is not None:
+            protos = saved
         elif t0 is None:
             protos = payload.arrays[INIT_PROTOS]
         else:
@@ -264,8 +257,7 @@ class FedSpaLearner(Learner):
         protos, losses = fs.train_prototypes(protos, t, f, y, cfg, alpha=p.alpha, beta=p.beta,
                                              logit_scale=self.vlm.logit_scale)
         seconds = time.perf_counter() - start
-        path.parent.mkdir(parents=True, exist_ok=True)
-        np.save(path, protos)
+        state.save_array(arm, protos)
         ft, yt = self.features(data, "test")
         logits = fs.tip_logits(torch.as_tensor(ft), torch.as_tensor(t), torch.as_tensor(protos),
                                p.alpha, p.beta, self.vlm.logit_scale)
@@ -315,11 +307,6 @@ class FedSpaLearner(Learner):
         else:
             raise ValueError(f"learner fedspa: unknown head {head!r}; known: {', '.join(HEADS)}")
         return Payload(metrics=self._score(logits, yt), num_examples=len(yt))
-
-    def query_fedspa_cleanup(self, data: ClientData, payload: Payload, ctx: TaskContext) -> Payload:
-        """Forget this run's prototypes (every client of a host shares the folder)."""
-        shutil.rmtree(state_folder(str(payload.config[STATE])), ignore_errors=True)
-        return Payload()
 
     @staticmethod
     def _score(logits: Any, y: np.ndarray) -> dict[str, float]:

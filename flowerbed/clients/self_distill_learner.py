@@ -6,6 +6,11 @@ grid, the ridge teacher and the student with its own one-shot ξ̂ (or a fixed �
 from one SVD of its local data. The weights it returns hold one row per λ, so
 averaging them (one-shot FedAvg) averages teachers and students λ by λ, and the
 ``centralized`` / ``local_only`` baselines run the same code on pooled / local data.
+
+It is also a local task (``run_local``: fit on the client's rows, score on its
+held-out rows, return the weights), so ``strategy: local`` compares each client
+alone with the pooled fit on exactly the same held-out rows
+(``scenarios/self_distill/local.yaml``).
 """
 
 from __future__ import annotations
@@ -16,11 +21,11 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from flowerbed.algorithms import self_distill as sd
-from flowerbed.clients.learner import SupervisedLearner
-from flowerbed.core.messages import Arrays
+from flowerbed.clients.learner import SupervisedLearner, TaskContext
+from flowerbed.core.messages import Arrays, Payload
 from flowerbed.core.registry import Params, register
 from flowerbed.core.scenario import Scenario
-from flowerbed.data.base import DatasetMeta
+from flowerbed.data.base import ClientData, DatasetMeta
 
 #: Array names of the learner's weights (one row / entry per λ).
 TEACHER, STUDENT = "teacher_coef", "student_coef"
@@ -130,3 +135,9 @@ class SelfDistillRidgeLearner(SupervisedLearner):
             scores[f"sd_mse{tag}"] = float(np.mean((y - student) ** 2))
             scores[f"xi{tag}"] = float(arrays[XI][i])
         return scores
+
+    def run_local(self, data: ClientData, ctx: TaskContext) -> Payload:
+        """Fit on the client's training rows; test MSEs on its held-out rows, and the weights."""
+        arrays, _ = self.fit({}, data.x_train, data.y_train, data.meta, ctx.seed)
+        metrics = self.score(arrays, data.x_test, data.y_test, data.meta)
+        return Payload(arrays=arrays, metrics=metrics, num_examples=len(data.y_test))

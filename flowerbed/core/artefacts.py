@@ -2,11 +2,12 @@
 
 Some components need a trained piece that no package ships (projection heads of
 the two-tower vision-language model, the amortized mutual-information network).
-Each such piece is a :class:`PretrainTarget` declared by the module that uses it;
-this module only lists where targets live, parses ``--set`` overrides against the
-target's strict parameters and runs it. Components call :func:`ensure_artefact`
-so a missing artefact is built on first use (with progress shown) instead of
-failing.
+Each such piece is a :class:`PretrainTarget` declared by the module that uses it
+(a top-level ``PRETRAIN_TARGET = PretrainTarget(name=...)``, found by reading
+source: :func:`flowerbed.core.plugins.pretrain_targets`); this module looks
+targets up, parses ``--set`` overrides against the target's strict parameters
+and runs it. Components call :func:`ensure_artefact` so a missing artefact is
+built on first use (with progress shown) instead of failing.
 """
 
 from __future__ import annotations
@@ -20,15 +21,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from flowerbed.core import plugins
 from flowerbed.core.registry import Params
 
 logger = logging.getLogger("flowerbed.pretrain")
 
-#: Target name -> module defining ``PRETRAIN_TARGET`` (imported only when used).
-TARGET_MODULES: dict[str, str] = {
-    "two_tower": "flowerbed.models.vlm_two_tower",
-    "infoatlas": "flowerbed.models.infoatlas_model",
-}
+
+def target_modules() -> dict[str, str]:
+    """Target name -> module defining its ``PRETRAIN_TARGET`` (imported only when used)."""
+    return plugins.pretrain_targets()
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,11 @@ class PretrainTarget:
 
 def target(name: str) -> PretrainTarget:
     """The target called ``name``; the error lists the known names."""
-    if name not in TARGET_MODULES:
-        known = ", ".join(sorted(TARGET_MODULES)) or "(none)"
+    modules = target_modules()
+    if name not in modules:
+        known = ", ".join(sorted(modules)) or "(none)"
         raise KeyError(f"unknown pretrain target {name!r}; known: {known}")
-    found: PretrainTarget = importlib.import_module(TARGET_MODULES[name]).PRETRAIN_TARGET
+    found: PretrainTarget = importlib.import_module(modules[name]).PRETRAIN_TARGET
     return found
 
 

@@ -23,3 +23,5 @@ STATE_DIR = "state-dir"
 RUN_NAME = "run-name"
 #: ``node_config`` key: a SuperNode's own folder for per-client state (deployment).
 NODE_STATE_DIR = "state-dir"
+#: Deletes the client's state folder at the end of a run (``clients.keep_state: false``).
+STATE_CLEANUP = "query.state_cleanup"

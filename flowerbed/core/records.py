@@ -27,6 +27,10 @@ SUMMARY_FILE = "summary.json"
 CLIENTS_FILE = "clients.json"
 CLIENT_METRICS_FILE = "client_metrics.jsonl"
 LOG_FILE = "run.log"
+#: Folder of the clients' persistent state inside a run folder.
+STATE_DIR_NAME = "client_state"
+#: Folder of the arrays local tasks return, ``<source>/client_<pid>.npz``.
+LOCAL_ARRAYS_DIR = "local_arrays"
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -189,6 +193,22 @@ class Recorder:
             atomic_write(
                 self.run_dir / filename, json.dumps(data, indent=2, default=_json_default) + "\n"
             )
+
+    def write_arrays(self, relpath: str, arrays: dict[str, Any]) -> None:
+        """Write named arrays as one ``.npz`` under the run folder, atomically."""
+        if self.run_dir is None or not arrays:
+            return
+        import io
+
+        import numpy as np
+
+        path = self.run_dir / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        buf = io.BytesIO()
+        np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})  # type: ignore[arg-type]
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(buf.getvalue())
+        os.replace(tmp, path)
 
     def finish(self, summary: dict[str, Any]) -> None:
         """Write ``summary.json`` (the last file a complete run writes)."""

@@ -12,6 +12,15 @@ KINDS = (
     "dataset", "partition", "model", "learner", "strategy", "baseline", "encoder", "vlm",
 )
 
+#: Capabilities a strategy or baseline may require of the scenario's learner,
+#: besides the message types it answers (``train.default``, ``query.<action>``).
+SUPERVISED = "supervised"
+LOCAL_TASK = "local_task"
+CAPABILITY_TEXT = {
+    SUPERVISED: "trainable weights (init_arrays, fit, score)",
+    LOCAL_TASK: "a local task (run_local)",
+}
+
 
 class Params(BaseModel):
     """Base of every component's parameter model: strict, frozen, no unknown keys."""
@@ -34,6 +43,10 @@ class Entry:
         ``name: Literal[name]`` field added for discriminated unions.
     summary
         First line of the target's docstring, shown by ``flowerbed list``.
+    requires
+        For strategies and baselines: the learner must offer at least one of
+        these capabilities (:data:`CAPABILITY_TEXT` or a message type); empty
+        means no requirement.
     """
 
     kind: str
@@ -41,6 +54,7 @@ class Entry:
     target: Any
     params: type[Params]
     summary: str
+    requires: tuple[str, ...] = ()
 
 
 class UnknownComponentError(KeyError):
@@ -56,7 +70,12 @@ _HINTS: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
 T = TypeVar("T")
 
 
-def register(kind: str, name: str, params: type[Params] | None = None) -> Callable[[T], T]:
+def register(
+    kind: str,
+    name: str,
+    params: type[Params] | None = None,
+    requires: tuple[str, ...] | None = None,
+) -> Callable[[T], T]:
     """Register ``target`` under ``(kind, name)``.
 
     Parameters
@@ -68,6 +87,9 @@ def register(kind: str, name: str, params: type[Params] | None = None) -> Callab
     params
         Parameter model of the component; defaults to ``target.Params`` when
         the target defines one, else a model with no parameters.
+    requires
+        Capabilities the scenario's learner must offer (any one of them);
+        defaults to ``target.requires`` when the target defines it.
 
     Examples
     --------
@@ -92,7 +114,8 @@ def register(kind: str, name: str, params: type[Params] | None = None) -> Callab
         )
         doc = (getattr(target, "__doc__", None) or "").strip().splitlines()
         summary = doc[0] if doc else ""
-        _REGISTRY[kind][name] = Entry(kind, name, target, model, summary)
+        needs = tuple(requires if requires is not None else getattr(target, "requires", ()))
+        _REGISTRY[kind][name] = Entry(kind, name, target, model, summary, needs)
         return target
 
     return decorate
@@ -173,6 +196,31 @@ def name_of(spec: Params) -> str:
     """The registry name a validated params model was built for."""
     name: str = getattr(spec, "name")  # noqa: B009 - added dynamically by register()
     return name
+
+
+def describe_capability(cap: str) -> str:
+    """Human words for a capability name (a message type is named as a handler)."""
+    return CAPABILITY_TEXT.get(cap, f"a handler for {cap!r}")
+
+
+def missing_capability(kind: str, spec: Params, learner: Params) -> str | None:
+    """Why the learner cannot serve component ``spec`` of ``kind``; ``None`` if it can.
+
+    The learner's capabilities come from its class's ``capabilities()``; a
+    learner class without that method is taken to offer everything.
+    """
+    entry = get(kind, name_of(spec))
+    if not entry.requires:
+        return None
+    target = get("learner", name_of(learner)).target
+    offered = getattr(target, "capabilities", None)
+    if offered is None or set(entry.requires) & set(offered()):
+        return None
+    needs = " or ".join(describe_capability(c) for c in entry.requires)
+    return (
+        f"{kind} {entry.name!r} needs a learner with {needs}; "
+        f"learner {name_of(learner)!r} has none of them"
+    )
 
 
 def build(kind: str, spec: Params, **kwargs: Any) -> Any:

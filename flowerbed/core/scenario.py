@@ -81,6 +81,11 @@ class ClientsConfig(Params):
 
     local_test_fraction: float = Field(0.2, ge=0, lt=1)
     availability: AvailabilityParams = AvailabilityParams()
+    keep_state: bool = Field(
+        True,
+        description="keep each client's persistent state folder after the run "
+        "(run folder's client_state/, or the SuperNode's state-dir); false deletes it at the end",
+    )
 
 
 class MetricsConfig(Params):
@@ -286,10 +291,27 @@ def validate_scenario(data: Any, source: str = "scenario") -> ScenarioBase:
     if not isinstance(data, dict):
         raise ScenarioError(["(top level): a scenario must be a YAML mapping"], source)
     try:
-        return model.model_validate(data)
+        scenario = model.model_validate(data)
     except ValidationError as exc:
         problems = [_message(dict(e), model, data) for e in exc.errors()]
         raise ScenarioError(list(dict.fromkeys(problems)), source) from None
+    problems = capability_problems(scenario)
+    if problems:
+        raise ScenarioError(problems, source)
+    return scenario
+
+
+def capability_problems(scenario: ScenarioBase) -> list[str]:
+    """One line per strategy or baseline whose needs the scenario's learner does not meet."""
+    found = []
+    why = registry.missing_capability("strategy", scenario.strategy, scenario.learner)
+    if why:
+        found.append(f"strategy: {why}")
+    for i, spec in enumerate(scenario.baselines):
+        why = registry.missing_capability("baseline", spec, scenario.learner)
+        if why:
+            found.append(f"baselines[{i}]: {why}")
+    return found
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -58,6 +58,25 @@ class FederatedData:
         ys = [y[ix] for ix in self.local_train]
         return np.concatenate(xs), np.concatenate(ys)
 
+    def pooled_client(self) -> ClientData:
+        """One virtual client holding every client's local train and test rows.
+
+        What the ``centralized`` baseline of a local task runs on: the union of
+        the clients' training rows and of their held-out rows, each with its
+        client's domain transform, at full width (no column restriction), so
+        it is scored on exactly the rows the clients are scored on.
+        """
+        x, y = self.dataset.x_train, self.dataset.y_train
+
+        def stack(splits: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+            parts = [(self._shift(pid, x[ix]), y[ix]) for pid, ix in enumerate(splits)]
+            parts = [p for p in parts if len(p[1])] or [(x[:0], y[:0])]
+            return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+        x_train, y_train = stack(self.local_train)
+        x_test, y_test = stack(self.local_test)
+        return ClientData(-1, x_train, y_train, x_test, y_test, self.dataset.meta)
+
     def _shift(self, pid: int, x: np.ndarray) -> np.ndarray:
         """Apply client ``pid``'s domain transform (if any) to full-width rows."""
         transform = self.partition.transform(pid)

@@ -62,21 +62,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """List registered components with one-line descriptions."""
+    """List registered components with where they come from and one-line descriptions."""
     from flowerbed.core import registry
-    from flowerbed.core.plugins import load_plugins
+    from flowerbed.core.plugins import component_source, load_plugins
 
     load_plugins()
     kinds = [args.kind] if args.kind else list(registry.KINDS)
     if args.kind and args.kind not in registry.KINDS:
         print(f"unknown kind {args.kind!r}; known: {', '.join(registry.KINDS)}", file=sys.stderr)
         return 2
-    table = Table("kind", "name", "description")
+    table = Table("kind", "name", "from", "description")
     for kind in kinds:
         for entry in registry.entries(kind):
-            table.add_row(kind, entry.name, entry.summary)
+            table.add_row(kind, entry.name, component_source(kind, entry.name), entry.summary)
         for name, hint in registry.hints(kind).items():
-            table.add_row(kind, name, f"[dim]unavailable: {hint}[/dim]")
+            table.add_row(
+                kind, name, component_source(kind, name), f"[dim]unavailable: {hint}[/dim]"
+            )
     Console().print(table)
     return 0
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flowerbed.core.artefacts import TARGET_MODULES, parse_params, target
+from flowerbed.core.artefacts import parse_params, target, target_modules
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
@@ -38,7 +38,7 @@ def add_commands(subparsers: Any, commands: dict[str, Any]) -> None:
     """Add ``flowerbed pretrain TARGET [--set k=v] [--output PATH] [--force]``."""
     from flowerbed.platform.cli import add_set_option
 
-    names = ", ".join(sorted(TARGET_MODULES))
+    names = ", ".join(sorted(target_modules()))
     p = subparsers.add_parser(
         "pretrain", help=f"train and cache an artefact a component needs ({names})"
     )

@@ -6,6 +6,8 @@ import base64
 import contextlib
 import json
 import logging
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -15,12 +17,13 @@ import numpy as np
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from flowerbed.core import registry
-from flowerbed.core.records import CLIENTS_FILE, Recorder
+from flowerbed.core import keys, registry
+from flowerbed.core.messages import Payload
+from flowerbed.core.records import CLIENTS_FILE, STATE_DIR_NAME, Recorder
 from flowerbed.core.scenario import Scenario, load_scenario, validate_scenario
 from flowerbed.platform.results import new_run_dir, versions
 from flowerbed.strategies.base import ServerContext
-from flowerbed.strategies.federation import Federation
+from flowerbed.strategies.federation import Federation, RoundFailedError
 
 log = logging.getLogger("flowerbed")
 
@@ -89,15 +92,44 @@ def serve(grid: Grid, scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
         return _serve(grid, scenario, recorder)
 
 
+def state_location(scenario: Scenario, recorder: Recorder) -> tuple[Path, str, bool]:
+    """Client-state root, run name and whether the root is a temporary folder.
+
+    A run with a folder keeps its clients' state in ``<run>/client_state``; a
+    run kept in memory gets a temporary folder, deleted at the end.
+    """
+    if recorder.run_dir is not None:
+        run_dir = recorder.run_dir
+        return run_dir / STATE_DIR_NAME, f"{scenario.name}/{run_dir.name}", False
+    root = Path(tempfile.mkdtemp(prefix="flowerbed-state-"))
+    return root, f"{scenario.name}/{root.name}", True
+
+
+def _drop_state(fed: Federation, root: Path) -> None:
+    """``clients.keep_state: false``: every client deletes its folder, then the server's."""
+    try:
+        fed.ask(keys.STATE_CLEANUP, Payload(), server_round=0, min_replies=1e-9)
+    except RoundFailedError as exc:
+        log.warning("client state cleanup: %s", exc)
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def _serve(grid: Grid, scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
     started = time.time()
-    ctx = ServerContext(scenario, recorder)
-    recorder.write_json(CLIENTS_FILE, client_table(ctx))
-    fed = Federation(grid, scenario, recorder)
-    fed.connect()
-    strategy = registry.build("strategy", scenario.component("strategy"), scenario=scenario)
-    federated = strategy.run(fed, ctx)
-    results = {"federated": federated, **ctx.extra_results, **run_baselines(ctx)}
+    root, run_name, temporary = state_location(scenario, recorder)
+    try:
+        ctx = ServerContext(scenario, recorder, state_root=root)
+        recorder.write_json(CLIENTS_FILE, client_table(ctx))
+        fed = Federation(grid, scenario, recorder)
+        fed.connect({keys.STATE_DIR: str(root), keys.RUN_NAME: run_name})
+        strategy = registry.build("strategy", scenario.component("strategy"), scenario=scenario)
+        federated = strategy.run(fed, ctx)
+        results = {"federated": federated, **ctx.extra_results, **run_baselines(ctx)}
+        if not scenario.clients.keep_state:
+            _drop_state(fed, root)
+    finally:
+        if temporary:
+            shutil.rmtree(root, ignore_errors=True)
     summary = {
         "scenario": scenario.name,
         "digest": scenario.digest(),

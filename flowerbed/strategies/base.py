@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
-from flowerbed.clients.learner import Learner
+from flowerbed.clients.learner import Learner, TaskContext, client_seed
 from flowerbed.core import registry
+from flowerbed.core.messages import Payload
 from flowerbed.core.records import Recorder
 from flowerbed.core.registry import Params as BaseParams
 from flowerbed.core.scenario import Scenario
@@ -29,6 +31,16 @@ class ServerContext:
     #: averaging of local estimates), keyed by source name, shown beside
     #: ``federated`` and the registered baselines in the summary.
     extra_results: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: The run's client-state folder (see :mod:`flowerbed.clients.state`).
+    state_root: Path | None = None
+    #: Each client's ``run_local`` reply when strategy ``local`` ran them, so the
+    #: ``local_only`` baseline reuses them instead of computing them again.
+    local_results: dict[int, Payload] | None = None
+
+    def task_context(self, partition_id: int, message_type: str, server_round: int) -> TaskContext:
+        """The context a client would get for this message (same seed, same state folder)."""
+        seed = client_seed(self.scenario, partition_id, message_type, server_round)
+        return TaskContext(self.scenario, partition_id, server_round, seed, self.state_root)
 
     @functools.cached_property
     def learner(self) -> Learner:

@@ -82,14 +82,19 @@ class Federation:
             time.sleep(0.05)
         return sorted(nodes)
 
-    def connect(self) -> None:
-        """Wait for the nodes, learn their partition ids and ship the scenario."""
+    def connect(self, extra: Mapping[str, str] | None = None) -> None:
+        """Wait for the nodes, learn their partition ids and ship the scenario.
+
+        ``extra`` adds config entries to the setup message (where the clients
+        keep their state).
+        """
         timeout = self.scenario.federation.timeout
         nodes = self.wait_for_nodes(timeout)
         setup = Payload(
             config={
                 keys.SCENARIO_YAML: self.scenario.to_yaml(),
                 keys.SCENARIO_DIGEST: self.scenario.digest(),
+                **(extra or {}),
             }
         )
         messages = [

@@ -15,8 +15,6 @@ prototypes (``T = T0``, no server step).
 
 from __future__ import annotations
 
-import logging
-import uuid
 from collections.abc import Callable
 from typing import Literal
 
@@ -30,9 +28,7 @@ from flowerbed.core.messages import Arrays, Payload, Replies
 from flowerbed.core.registry import Params, register
 from flowerbed.core.seeds import derive_seed
 from flowerbed.strategies.base import ServerContext, Strategy
-from flowerbed.strategies.federation import Federation, RoundFailedError
-
-log = logging.getLogger("flowerbed.fedspa")
+from flowerbed.strategies.federation import Federation
 
 Baseline = Literal["zero_shot", "fedavg_linear", "promptfl", "local_only"]
 BASELINES: tuple[Baseline, ...] = ("zero_shot", "fedavg_linear", "promptfl", "local_only")
@@ -116,25 +112,13 @@ class FedSpaStrategy(Strategy):
             raise TypeError(f"strategy fedspa needs learner fedspa, got {type(learner).__name__}")
         self.learner = learner
         self.t0 = learner.text_features(ctx.data.dataset.meta)
-        self.state = uuid.uuid4().hex  # names the clients' state folder; no effect on results
-        try:
-            final = self._fedspa(fed, ctx)
-            arms: dict[str, Callable[[Federation, ServerContext], dict[str, float]]] = {
-                "zero_shot": self._zero_shot, "fedavg_linear": self._linear,
-                "promptfl": self._prompt, "local_only": self._local_only}
-            for name in p.baselines:
-                ctx.extra_results[name] = arms[name](fed, ctx)
-        finally:
-            self._cleanup(fed)
+        final = self._fedspa(fed, ctx)
+        arms: dict[str, Callable[[Federation, ServerContext], dict[str, float]]] = {
+            "zero_shot": self._zero_shot, "fedavg_linear": self._linear,
+            "promptfl": self._prompt, "local_only": self._local_only}
+        for name in p.baselines:
+            ctx.extra_results[name] = arms[name](fed, ctx)
         return final
-
-    def _cleanup(self, fed: Federation) -> None:
-        """Ask the clients to delete this run's prototype files; never masks a failure."""
-        try:
-            fed.ask(keys.CLEANUP_MESSAGE, Payload(config={keys.STATE: self.state}),
-                    server_round=0, min_replies=0.01)
-        except RoundFailedError as exc:
-            log.warning("fedspa: client state cleanup failed: %s", exc)
 
     def epochs(self, r: int) -> int:
         """Local epochs of round ``r`` (1-based): ``local_epochs_last`` in the last round."""
@@ -158,7 +142,7 @@ class FedSpaStrategy(Strategy):
         info: dict[str, float] = {}
         for r in range(1, self.scenario.rounds + 1):
             arrays = {keys.TEXT: t, **({keys.INIT_PROTOS: p0} if r == 1 else {})}
-            config = {keys.ARM: "fedspa", keys.EPOCHS: self.epochs(r), keys.STATE: self.state}
+            config = {keys.ARM: "fedspa", keys.EPOCHS: self.epochs(r)}
             replies = fed.ask(keys.TRAIN_MESSAGE, Payload(arrays, config), server_round=r)
             acc = personal(replies)
             std = acc[1]
@@ -199,7 +183,7 @@ class FedSpaStrategy(Strategy):
         arm = _Arm("local_only", ctx)
         acc = (0.0, 0.0, 0.0)
         for r in range(1, self.scenario.rounds + 1):
-            config = {keys.ARM: "local_only", keys.EPOCHS: self.epochs(r), keys.STATE: self.state}
+            config = {keys.ARM: "local_only", keys.EPOCHS: self.epochs(r)}
             replies = fed.ask(keys.TRAIN_MESSAGE, Payload(config=config), server_round=r)
             acc = personal(replies)
             arm.round(r, acc, 0, replies)

@@ -199,6 +199,7 @@ class LocalDeployment:
             (index, self.nodes),
             link_ca=self.tls.ca if self.tls else None,
             runtime_tls=self.tls,
+            state_dir=self.state_dir / f"supernode-{index}" / "client_state",
         )
         return [flower_bin("flower-supernode"), *args]
 

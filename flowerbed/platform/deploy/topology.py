@@ -72,17 +72,22 @@ def supernode_args(
     partition: tuple[int, int],
     link_ca: Path | None = None,
     runtime_tls: TlsFiles | None = None,
+    state_dir: Path | None = None,
 ) -> list[str]:
     """``flower-supernode`` arguments for partition ``(index, count)``.
 
     ``link_ca`` verifies the SuperLink (``None``: insecure); ``runtime_tls``
-    makes the node's own runtime API (used by its SuperExec) serve TLS.
+    makes the node's own runtime API (used by its SuperExec) serve TLS;
+    ``state_dir`` is the node's own folder for its clients' persistent state.
     """
     index, count = partition
+    node_config = f"partition-id={index} num-partitions={count}"
+    if state_dir is not None:
+        node_config += f' state-dir="{state_dir}"'
     args = [
         "--superlink", superlink, "--isolation", "process",
         "--host", host, "--port", str(port),
-        "--node-config", f"partition-id={index} num-partitions={count}",
+        "--node-config", node_config,
     ]  # fmt: skip
     args += ["--root-certificates", str(link_ca)] if link_ca else ["--insecure"]
     return args + (runtime_tls.server_args() if runtime_tls else [])

@@ -10,13 +10,21 @@ a folder of runs (a sweep, or ``runs/<scenario>/``) and writes, under
 - ``report.md``: both tables in markdown, failed runs, the plots;
 - ``curves_<metric>.png``: the metric per round (per run, or a group's mean
   with a ±std band), and ``runs/<run>_<metric>.png`` for each run;
-- ``bars_<metric>.png``: final metric per group and source, with std bars.
+- ``phases_<split>_<metric>.png``: every other quantity some phase logged
+  over two rounds or more, a line per phase (``runs/<run>_phases_...`` in a sweep);
+- ``bars_<metric>.png``: final metric per group and source, with std bars;
+- for a local-task run (strategy ``local``): ``clients.csv``, a per-client
+  table in ``report.md`` and ``clients_<metric>.png`` (a bar per client, the
+  mean over clients and the centralized value); ``runs/<run>_clients...`` in a sweep.
 """
 
 from flowerbed.platform.report.build import (
     Report,
     build_report,
     markdown,
+    write_client_plots,
+    write_client_tables,
+    write_phase_plots,
     write_plots,
     write_report,
 )
@@ -24,9 +32,13 @@ from flowerbed.platform.report.cli import Command, add_commands, cmd_report, ric
 from flowerbed.platform.report.plots import (
     CURVE_PREFIXES,
     curve,
+    phase_curves,
     plot_bars,
+    plot_clients,
     plot_curves,
+    plot_phases,
     plot_run,
+    round_columns,
 )
 from flowerbed.platform.report.runs import (
     ERROR_FILE,
@@ -38,8 +50,14 @@ from flowerbed.platform.report.runs import (
     RunInfo,
     find_runs,
     load_run,
+    local_client_rows,
 )
 from flowerbed.platform.report.tables import (
+    client_lines,
+    client_markdown,
+    client_means,
+    client_metrics,
+    client_table,
     default_group_by,
     default_metrics,
     group_label,
@@ -66,6 +84,11 @@ __all__ = [
     "RunInfo",
     "add_commands",
     "build_report",
+    "client_lines",
+    "client_markdown",
+    "client_means",
+    "client_metrics",
+    "client_table",
     "cmd_report",
     "curve",
     "default_group_by",
@@ -74,18 +97,26 @@ __all__ = [
     "group_label",
     "group_value",
     "load_run",
+    "local_client_rows",
     "lookup",
     "markdown",
     "markdown_table",
     "mean_std",
     "metric_key",
+    "phase_curves",
     "plot_bars",
+    "plot_clients",
     "plot_curves",
+    "plot_phases",
     "plot_run",
     "rich_table",
+    "round_columns",
     "run_rows",
     "summary_rows",
+    "write_client_plots",
+    "write_client_tables",
     "write_csv",
+    "write_phase_plots",
     "write_plots",
     "write_report",
 ]

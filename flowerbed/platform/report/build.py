@@ -8,11 +8,23 @@ from pathlib import Path
 from typing import Any
 
 from flowerbed.core.records import atomic_write
-from flowerbed.platform.report.plots import plot_bars, plot_curves, plot_run
+from flowerbed.platform.report.plots import (
+    CURVE_PREFIXES,
+    phase_curves,
+    plot_bars,
+    plot_clients,
+    plot_curves,
+    plot_phases,
+    plot_run,
+)
 from flowerbed.platform.report.runs import REPORT_DIR, RunInfo, find_runs
 from flowerbed.platform.report.tables import (
     _cell,
     _pms,
+    client_lines,
+    client_markdown,
+    client_metrics,
+    client_table,
     default_group_by,
     default_metrics,
     markdown_table,
@@ -34,6 +46,8 @@ class Report:
     run_table: list[dict[str, Any]]
     summary_table: list[dict[str, Any]]
     files: list[Path] = field(default_factory=list)
+    #: Per-client rows of each local-task run, by run folder name.
+    clients: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def out_dir(self) -> Path:
@@ -55,12 +69,38 @@ def build_report(
     keys = list(group_by) or default_group_by(runs)
     root = Path(path)
     return Report(
-        root, runs, chosen, keys, run_rows(done, chosen, keys), summary_rows(done, chosen, keys)
+        root,
+        runs,
+        chosen,
+        keys,
+        run_rows(done, chosen, keys),
+        summary_rows(done, chosen, keys),
+        clients={r.name: client_table(r.clients) for r in done if r.clients},
     )
 
 
+def _run_file(report: Report, run: RunInfo, name: str) -> Path:
+    """Where a per-run file goes: the top level for one run, ``runs/<run>_<name>`` for several.
+
+    Creates ``runs/`` when needed.
+    """
+    if len(report.runs) == 1:
+        return report.out_dir / name
+    (report.out_dir / "runs").mkdir(exist_ok=True)
+    return report.out_dir / "runs" / f"{run.name}_{name}"
+
+
+def _client_tag(metric: str) -> str:
+    """``psnr`` for ``test/psnr`` (as curves are named), the full name for other splits."""
+    return _safe(metric.removeprefix("test/"))
+
+
 def write_plots(report: Report) -> list[Path]:
-    """Per-run curves, group curves and comparison bars for every metric."""
+    """Per-run curves, group curves and comparison bars for every metric.
+
+    Then each finished run's per-phase curves and, for a local-task run, its
+    per-client bars.
+    """
     out = report.out_dir
     written = []
     done = [r for r in report.runs if r.ok]
@@ -68,7 +108,8 @@ def write_plots(report: Report) -> list[Path]:
         tag = _safe(metric.split("/")[-1])
         if len(report.runs) == 1:
             target = out / f"curves_{tag}.png"
-            written += [target] if plot_run(done[0], metric, target) else []
+            # ``done`` is empty when the only run failed and ``--metric`` was given
+            written += [target] if done and plot_run(done[0], metric, target) else []
             continue
         (out / "runs").mkdir(exist_ok=True)
         for run in done:
@@ -78,6 +119,41 @@ def write_plots(report: Report) -> list[Path]:
             written.append(out / f"curves_{tag}.png")
         if plot_bars(report.summary_table, metric, out / f"bars_{tag}.png"):
             written.append(out / f"bars_{tag}.png")
+    for run in done:
+        written += write_phase_plots(report, run) + write_client_plots(report, run)
+    return written
+
+
+def write_phase_plots(report: Report, run: RunInfo) -> list[Path]:
+    """``phases_<split>_<metric>.png`` for every quantity some phase logged over rounds.
+
+    The global model's series of the report's metrics are left out: the
+    ``curves_<metric>`` plots already draw them.
+    """
+    drawn = {prefix + m.split("/")[-1] for m in report.metrics for prefix in CURVE_PREFIXES}
+    written = []
+    for quantity, curves, levels in phase_curves(run.rows, drawn):
+        target = _run_file(report, run, f"phases_{_safe(quantity)}.png")
+        if plot_phases(run, quantity, curves, levels, target):
+            written.append(target)
+    return written
+
+
+def write_client_plots(report: Report, run: RunInfo) -> list[Path]:
+    """``clients_<metric>.png`` of a local-task run for every client metric.
+
+    A bar per client, a line at the mean over clients and, when the run has
+    that baseline, one at the centralized value.
+    """
+    table = report.clients.get(run.name)
+    if not table:
+        return []
+    written = []
+    for metric in client_metrics(table):
+        target = _run_file(report, run, f"clients_{_client_tag(metric)}.png")
+        lines = client_lines(table, metric, run.final())
+        if plot_clients(run, table, metric, lines, target):
+            written.append(target)
     return written
 
 
@@ -93,6 +169,11 @@ def markdown(report: Report, plots: Sequence[Path]) -> str:
     run_head = ["run", *report.keys, "seed", "source", *report.metrics]
     run_body = [[_cell(r[c]) for c in run_head] for r in report.run_table]
     parts.append(markdown_table(run_head, run_body))
+    if len(report.runs) == 1 and report.clients:
+        run = report.runs[0]
+        table = report.clients[run.name]
+        parts += ["", "## Clients (local task: each client's own data)", ""]
+        parts.append(client_markdown(table, client_metrics(table), run.final()))
     failed = [r for r in report.runs if not r.ok]
     if failed:
         parts += ["", "## Failed or unfinished runs", ""]
@@ -110,7 +191,19 @@ def write_report(report: Report, plots: bool = True) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     write_csv(out / "runs.csv", report.run_table)
     write_csv(out / "summary.csv", report.summary_table)
+    tables = write_client_tables(report)
     pngs = write_plots(report) if plots else []
     atomic_write(out / "report.md", markdown(report, pngs))
-    report.files = [out / "runs.csv", out / "summary.csv", out / "report.md", *pngs]
+    report.files = [out / "runs.csv", out / "summary.csv", *tables, out / "report.md", *pngs]
     return report.files
+
+
+def write_client_tables(report: Report) -> list[Path]:
+    """``clients.csv`` (``runs/<run>_clients.csv`` in a sweep) of each local-task run."""
+    written = []
+    for run in report.runs:
+        if run.name in report.clients:
+            target = _run_file(report, run, "clients.csv")
+            write_csv(target, report.clients[run.name])
+            written.append(target)
+    return written

@@ -1,17 +1,33 @@
-"""Report plots (PNG via matplotlib, when installed): curves per round and final bars."""
+"""Report plots (PNG via matplotlib, when installed): curves per round, bars, clients.
+
+Curves come in two kinds. ``curves_<metric>`` follow the global model's
+evaluation (:data:`CURVE_PREFIXES`) next to the baselines; every other metric
+column logged over at least two rounds is drawn by :func:`plot_phases`, one
+PNG per ``<split>/<metric>`` with a line per phase, so arms of a method
+(``fedspa``, ``screen``...) that log the same quantity share one set of axes.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
 from flowerbed.platform.report.runs import RunInfo
-from flowerbed.platform.report.tables import _fmt_value, group_label, mean_std
+from flowerbed.platform.report.tables import _fmt_value, _number, group_label, mean_std
 
 #: Round series preferred for a metric's curve, most global first.
 CURVE_PREFIXES = ("server_eval/test/", "evaluate/local_test/", "evaluate/test/")
+#: Beyond this many rounds a curve's markers would hide the line.
+MARKER_ROUNDS = 40
+#: With more lines than this a legend inside the axes would cover them.
+LEGEND_INSIDE = 6
+#: Up to this many clients every client id gets a tick.
+CLIENT_TICKS = 25
+
+#: ``{"<split>/<metric>": {phase: {round: value}}}``.
+RoundColumns = dict[str, dict[str, dict[int, float]]]
 
 
 def curve(rows: Sequence[dict[str, Any]], metric: str) -> tuple[str, dict[int, float]] | None:
@@ -32,6 +48,51 @@ def _series(rows: Sequence[dict[str, Any]], column: str) -> dict[int, float]:
     """``{round: value}`` of one metrics column, rounds ascending."""
     series = {int(r["round"]): float(r[column]) for r in rows if column in r and "round" in r}
     return dict(sorted(series.items()))
+
+
+def round_columns(rows: Sequence[dict[str, Any]]) -> RoundColumns:
+    """Every metric column of ``metrics.jsonl``'s rows, by quantity and phase.
+
+    A metric row has a ``round`` and a ``phase`` and names its values
+    ``<phase>/<split>/<metric>``; event rows (``replies``, ``baseline_start``)
+    are skipped. Quantities and phases keep the order they first appear in;
+    rounds are ascending.
+    """
+    found: RoundColumns = {}
+    for row in rows:
+        phase, rnd = row.get("phase"), row.get("round")
+        if "event" in row or not isinstance(phase, str) or not isinstance(rnd, int):
+            continue
+        for key, value in row.items():
+            if key.startswith(f"{phase}/") and _number(value):
+                quantity = key[len(phase) + 1 :]
+                found.setdefault(quantity, {}).setdefault(phase, {})[rnd] = float(value)
+    return {
+        q: {phase: dict(sorted(s.items())) for phase, s in by_phase.items()}
+        for q, by_phase in found.items()
+    }
+
+
+def phase_curves(
+    rows: Sequence[dict[str, Any]], skip: Collection[str] = ()
+) -> list[tuple[str, dict[str, dict[int, float]], dict[str, float]]]:
+    """Quantities worth a per-phase plot: ``(quantity, curves, levels)`` each.
+
+    ``curves`` are the phases that logged the quantity in two rounds or more
+    (``{phase: {round: value}}``); ``levels`` the phases that logged it once
+    (a baseline at the last round), drawn as dashed levels beside the curves
+    as :func:`plot_run` draws baselines. A quantity without a curve gets no
+    plot. Columns in ``skip`` (``<phase>/<split>/<metric>``, already drawn
+    elsewhere) are left out.
+    """
+    found = []
+    for quantity, by_phase in round_columns(rows).items():
+        kept = {p: s for p, s in by_phase.items() if f"{p}/{quantity}" not in skip}
+        curves = {p: s for p, s in kept.items() if len(s) >= 2}
+        levels = {p: next(iter(s.values())) for p, s in kept.items() if len(s) == 1}
+        if curves:
+            found.append((quantity, curves, levels))
+    return found
 
 
 def _pyplot() -> Any:
@@ -60,13 +121,46 @@ def plot_run(run: RunInfo, metric: str, path: Path) -> bool:
     for i, (source, values) in enumerate(run.final().items()):
         if source != "federated" and metric in values:
             ax.axhline(values[metric], linestyle="--", color=f"C{i}", label=source)
-    where = " ".join(f"{k}={_fmt_value(v)}" for k, v in run.overrides.items())
-    _finish(ax, fig, path, f"{run.scenario.get('name', '')} · {run.name} {where}", metric)
+    _finish(ax, fig, path, _run_title(run), metric)
     plt.close(fig)
     return True
 
 
-def _finish(ax: Any, fig: Any, path: Path, title: str, metric: str) -> None:
+def _run_title(run: RunInfo) -> str:
+    """``<scenario> · <run folder> <swept key>=<value>...``."""
+    where = " ".join(f"{k}={_fmt_value(v)}" for k, v in run.overrides.items())
+    return f"{run.scenario.get('name', '')} · {run.name} {where}"
+
+
+def plot_phases(
+    run: RunInfo,
+    quantity: str,
+    curves: dict[str, dict[int, float]],
+    levels: dict[str, float],
+    path: Path,
+) -> bool:
+    """One quantity of one run per round: a line per phase, once-logged phases dashed."""
+    plt = _pyplot()
+    if plt is None or not curves:
+        return False
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for i, (phase, series) in enumerate(curves.items()):
+        marker = "o" if len(series) <= MARKER_ROUNDS else None
+        # past ten lines the colours repeat, so the line style tells them apart
+        style = ("-", ":", "-.")[i // 10 % 3]
+        ax.plot(list(series), list(series.values()), color=f"C{i % 10}", marker=marker,
+                markersize=4, linestyle=style, label=phase)
+    for j, (phase, value) in enumerate(levels.items(), start=len(curves)):
+        ax.axhline(value, linestyle="--", color=f"C{j % 10}", label=phase)
+    title = f"{_run_title(run)}\n{quantity} per round, by phase"
+    _finish(ax, fig, path, title, quantity, outside=len(curves) + len(levels) > LEGEND_INSIDE)
+    plt.close(fig)
+    return True
+
+
+def _finish(
+    ax: Any, fig: Any, path: Path, title: str, metric: str, outside: bool = False
+) -> None:
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -74,7 +168,10 @@ def _finish(ax: Any, fig: Any, path: Path, title: str, metric: str) -> None:
     ax.set_ylabel(metric)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if outside:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -135,3 +232,62 @@ def plot_bars(rows: Sequence[dict[str, Any]], metric: str, path: Path) -> bool:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def plot_clients(
+    run: RunInfo,
+    table: Sequence[dict[str, Any]],
+    metric: str,
+    lines: dict[str, float],
+    path: Path,
+) -> bool:
+    """A local task's ``metric`` per client as bars, with labelled reference levels.
+
+    ``table`` is :func:`~flowerbed.platform.report.tables.client_table`'s rows;
+    ``lines`` maps a label (``mean over clients``, ``centralized``) to a level,
+    as :func:`~flowerbed.platform.report.tables.client_lines` computes them.
+    """
+    plt = _pyplot()
+    points = [(int(r["client"]), float(r[metric])) for r in table if metric in r]
+    if plt is None or not points:
+        return False
+    ids, values = [c for c, _ in points], [v for _, v in points]
+    fig, ax = plt.subplots(figsize=(min(14.0, max(6.5, 3 + 0.16 * len(ids))), 4.4))
+    ax.bar(ids, values, width=0.8, color="C0", alpha=0.85, label=f"clients (n={len(ids)})")
+    for i, (label, level) in enumerate(lines.items(), start=1):
+        ax.axhline(level, color=f"C{i}", linestyle="-" if i == 1 else "--", linewidth=1.6,
+                   label=f"{label} = {level:.4g}")
+    _client_ticks(ax, ids)
+    _headroom(ax, [*values, *lines.values()])
+    ax.set_xlabel("client")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{_run_title(run)}\n{metric} per client (local task)", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    # below the axes: a legend inside would sit on top of some client's bar
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=len(lines) + 1)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return True
+
+
+def _client_ticks(ax: Any, ids: Sequence[int]) -> None:
+    """Every client id for a few clients; for many, about a dozen integer ticks."""
+    from matplotlib.ticker import MaxNLocator
+
+    if len(ids) <= CLIENT_TICKS:
+        ax.set_xticks(ids, [str(c) for c in ids], fontsize=8)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=12, integer=True))
+        ax.tick_params(axis="x", labelsize=8)
+    ax.set_xlim(min(ids) - 0.7, max(ids) + 0.7)
+
+
+def _headroom(ax: Any, values: Sequence[float]) -> None:
+    """Widen the y range so that no bar top or reference line sits on the frame."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return
+    lo, hi = ax.get_ylim()
+    pad = 0.06 * ((max(hi, *finite) - min(lo, *finite)) or 1.0)
+    ax.set_ylim(min(lo, min(finite) - pad) if min(finite) < 0 else lo, max(hi, max(finite) + pad))

@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 
-from flowerbed.core.records import METRICS_FILE, SCENARIO_FILE, SUMMARY_FILE
+from flowerbed.core.keys import LOCAL_TASK
+from flowerbed.core.records import CLIENT_METRICS_FILE, METRICS_FILE, SCENARIO_FILE, SUMMARY_FILE
 
 REPORT_DIR = "report"
 OVERRIDES_FILE = "overrides.yaml"  # written by flowerbed.platform.sweep
@@ -21,7 +22,11 @@ SKIP_DIRS = (REPORT_DIR, "previous")
 
 @dataclass
 class RunInfo:
-    """What one run folder holds, as the report needs it."""
+    """What one run folder holds, as the report needs it.
+
+    ``rows`` are ``metrics.jsonl``'s rows; ``clients`` the per-client rows of a
+    local task (see :func:`local_client_rows`), empty for other runs.
+    """
 
     path: Path
     scenario: dict[str, Any]
@@ -29,6 +34,7 @@ class RunInfo:
     summary: dict[str, Any] | None
     rows: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    clients: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -61,16 +67,43 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _read_rows(path: Path) -> list[dict[str, Any]]:
+def _read_rows(path: Path, containing: str = "") -> list[dict[str, Any]]:
+    """JSON rows of a JSON-lines file; with ``containing``, only lines holding that text."""
     if not path.is_file():
         return []
     rows = []
     for line in path.read_text().splitlines():
+        if containing not in line:
+            continue  # cheaper than parsing the rows of every round of a long run
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except ValueError:
             continue  # a line cut by a crash
+        if isinstance(row, dict):
+            rows.append(row)
     return rows
+
+
+def local_client_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """Each client's row of the local task (strategy ``local``), by client id.
+
+    The rows are ``client_metrics.jsonl``'s rows of phase ``train.local``:
+    ``{"round", "phase", "client", "num_examples", "metrics": {...}}``. Other
+    phases (``train``, ``evaluate`` of federated rounds) are left out; a client
+    with several local-task rows keeps its last one.
+
+    Returns
+    -------
+    list of dict
+        One row per client, ascending client id; empty when the run has no
+        local task.
+    """
+    rows = _read_rows(run_dir / CLIENT_METRICS_FILE, containing=LOCAL_TASK)
+    by_client: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        if row.get("phase") == LOCAL_TASK and isinstance(row.get("client"), int):
+            by_client[row["client"]] = row
+    return [by_client[c] for c in sorted(by_client)]
 
 
 def load_run(path: Path) -> RunInfo:
@@ -83,7 +116,10 @@ def load_run(path: Path) -> RunInfo:
         status = _read_json(path / STATUS_FILE) or {}
         error = status.get("error") or "unfinished (no summary.json)"
     overrides = (point or {}).get("overrides") or {}
-    return RunInfo(path, scenario or {}, overrides, summary, _read_rows(path / METRICS_FILE), error)
+    rows = _read_rows(path / METRICS_FILE)
+    return RunInfo(
+        path, scenario or {}, overrides, summary, rows, error, local_client_rows(path)
+    )
 
 
 def _is_run(path: Path) -> bool:

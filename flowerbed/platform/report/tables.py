@@ -37,7 +37,17 @@ def default_metrics(runs: Sequence[RunInfo]) -> list[str]:
     if present:
         return present
     every = dict.fromkeys(k for m in finals for k in m if k.startswith("test/"))
-    return [k for k in every if not k.endswith(("_min", "_max"))]
+    return [k for k in every if not k.endswith(("_min", "_max")) and not _spread_of(k, every)]
+
+
+def _spread_of(key: str, keys: Iterable[str]) -> bool:
+    """Whether ``key`` is ``<m>_mean``/``<m>_std`` of a metric ``m`` also in ``keys``.
+
+    A local task's summary holds both the example-weighted ``m`` and its
+    spread over clients; the table shows ``m``, the client view the spread.
+    """
+    stem, _, suffix = key.rpartition("_")
+    return suffix in ("mean", "std") and stem in keys
 
 
 def default_group_by(runs: Sequence[RunInfo]) -> list[str]:
@@ -126,6 +136,73 @@ def summary_rows(
             row.update({f"{m} mean": mean, f"{m} std": std})
         rows.append(row)
     return rows
+
+
+def client_table(clients: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One flat row per client: ``client``, ``num_examples`` and each metric by full name.
+
+    ``clients`` are :func:`~flowerbed.platform.report.runs.local_client_rows`'
+    rows; a bare metric name becomes ``test/<name>``, as in ``summary.json``.
+    """
+    rows = []
+    for c in clients:
+        row: dict[str, Any] = {"client": c.get("client"), "num_examples": c.get("num_examples")}
+        metrics = c.get("metrics") or {}
+        row.update({metric_key(k): float(v) for k, v in metrics.items() if _number(v)})
+        rows.append(row)
+    return rows
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def client_metrics(table: Sequence[dict[str, Any]]) -> list[str]:
+    """Metric columns of :func:`client_table`'s rows, first seen first."""
+    fixed = ("client", "num_examples")
+    return list(dict.fromkeys(k for row in table for k in row if k not in fixed))
+
+
+def client_means(table: Sequence[dict[str, Any]], metric: str) -> tuple[float, float]:
+    """Mean of ``metric`` over clients, unweighted and weighted by ``num_examples``.
+
+    The unweighted mean is the level of the bars in the client plot; the
+    weighted one is what ``summary.json`` reports as the federated value.
+    """
+    pairs = [(float(r[metric]), r.get("num_examples") or 0) for r in table if metric in r]
+    if not pairs:
+        return math.nan, math.nan
+    plain = sum(v for v, _ in pairs) / len(pairs)
+    total = sum(n for _, n in pairs)
+    weighted = sum(v * n for v, n in pairs) / total if total else math.nan
+    return plain, weighted
+
+
+def client_lines(
+    table: Sequence[dict[str, Any]], metric: str, results: dict[str, dict[str, float]]
+) -> dict[str, float]:
+    """Reference levels of the client plot: the mean over clients, and centralized if run."""
+    lines = {"mean over clients": client_means(table, metric)[0]}
+    central = (results.get("centralized") or {}).get(metric)
+    if _number(central):
+        lines["centralized"] = float(central)  # type: ignore[arg-type]
+    return lines
+
+
+def client_markdown(
+    table: Sequence[dict[str, Any]], metrics: Sequence[str], results: dict[str, dict[str, float]]
+) -> str:
+    """The per-client table in markdown, closed by the means and the centralized value."""
+    head = ["client", "num_examples", *metrics]
+    body = [[_cell(r.get(c)) for c in head] for r in table]
+    means = [client_means(table, m) for m in metrics]
+    total = sum(r.get("num_examples") or 0 for r in table)
+    body.append(["mean over clients", "", *(_cell(plain) for plain, _ in means)])
+    body.append(["example-weighted mean", str(total), *(_cell(w) for _, w in means)])
+    central = results.get("centralized") or {}
+    if any(m in central for m in metrics):
+        body.append(["centralized (pooled data)", "", *(_cell(central.get(m)) for m in metrics)])
+    return markdown_table(head, body)
 
 
 def _pms(row: dict[str, Any], metrics: Sequence[str]) -> list[str]:
