@@ -2,11 +2,12 @@
 
 Answers ``query.fedspa_stats`` (per-class sums and counts of the few-shot
 features, for the round-0 prototypes), ``train.fedspa`` (one round of the
-prototype objective; ``P_k`` persists on the client between rounds and is
-uploaded, never averaged), ``train.fedspa_linear`` and ``train.fedspa_prompt``
-(the FedAvg linear-head and PromptFL baselines), ``evaluate.fedspa`` (accuracy
-of a text-feature, linear or prompt classifier on the client's test rows) and
-``query.fedspa_cleanup``. The maths is in ``flowerbed.algorithms.fedspa``.
+prototype objective; ``P_k`` persists in the client's state folder between
+rounds, ``ctx.client_state("fedspa")``, and is uploaded, never averaged),
+``train.fedspa_linear`` and ``train.fedspa_prompt`` (the FedAvg linear-head and
+PromptFL baselines) and ``evaluate.fedspa`` (accuracy of a text-feature, linear
+or prompt classifier on the client's test rows). The maths is in
+``flowerbed.algorithms.fedspa``.
 
 Also registers the ``synthetic_clip`` vision-language model, a toy/test asset
 paired with the ``synthetic_clip`` dataset.
