@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, cast
 from pydantic import BaseModel, ConfigDict, create_model
 
 KINDS = (
-    "dataset", "partition", "model", "learner", "strategy", "baseline", "encoder", "vlm",
+    "dataset", "partition", "model", "learner", "strategy", "baseline", "encoder", "vlm", "lm",
 )
 
 #: Capabilities a strategy or baseline may require of the scenario's learner,
