@@ -31,7 +31,9 @@ def client_data() -> dict[str, np.ndarray]:
 
 
 def mlp(in_features: int, hidden: int, out_features: int) -> nn.Module:
-    """The same network as flowerbed's ``mlp`` model with one hidden layer."""
+    """The same network as flowerbed's ``mlp`` model with one hidden layer (``linear`` if 0)."""
+    if hidden == 0:
+        return nn.Sequential(nn.Linear(in_features, out_features))
     return nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, out_features))
 
 

@@ -11,7 +11,8 @@ from torch.nn import functional as F
 
 import flowerbed
 from flowerbed.algorithms import compute_theory as ct
-from flowerbed.models.early_exit import EarlyExitMLP, EarlyExitMLPParams, MultiExitLoss
+from flowerbed.models.early_exit import EarlyExitMLPParams
+from flowerbed.models.early_exit_nets import EarlyExitMLP, MultiExitLoss
 
 # --- the exit rule ----------------------------------------------------------------
 

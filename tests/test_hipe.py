@@ -16,7 +16,8 @@ from flowerbed.data.sequence_tasks import (
     ring_of_offset,
     sample,
 )
-from flowerbed.models.sequence_models import SequenceTransformer, TransformerParams
+from flowerbed.models.sequence_models import TransformerParams
+from flowerbed.models.sequence_nets import SequenceTransformer
 
 torch.set_num_threads(1)
 
@@ -147,7 +148,7 @@ def test_attention_logits_depend_only_on_offset(gains):
 
 def test_model_rotary_is_relative_in_float32():
     """The model's own Rotary module (float32 tables): logits Toeplitz to 1e-5."""
-    from flowerbed.models.sequence_models import Rotary
+    from flowerbed.models.sequence_nets import Rotary
 
     rot = Rotary(64, 16, 100.0, hipe.hipe_gains(16, [2.0, 20.0], 100.0))
     gen = torch.Generator().manual_seed(3)

@@ -9,10 +9,14 @@ nothing runs, so the ~800 generated cases take seconds.
 
 from __future__ import annotations
 
+import builtins
 import copy
 import functools
+import io
+import os
 import string
 import tempfile
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from flowerbed.core import registry
+from flowerbed.core.plugins import load_plugins
 from flowerbed.core.scenario import (
     COMPONENT_FIELDS,
     ScenarioError,
@@ -422,3 +427,350 @@ def test_cli_validate_on_generated_bad_files(capsys, case):
         assert main(["validate", str(file)]) == 1
     err = capsys.readouterr().err
     assert path in err and "Traceback" not in err
+
+
+# --- the file system ----------------------------------------------------------------------
+#
+# Each case breaks one path a command needs (the scenario file, or the output folder
+# a run writes into) and must give exit 2 and one line naming that path, before any
+# data is built: never a traceback, never a problem found after minutes of work.
+
+FS_COMMANDS = ["run", "validate", "sweep", "inspect"]
+
+
+def _valid_file(folder: Path) -> Path:
+    path = folder / "ok.yaml"
+    path.write_text(yaml.safe_dump({**tiny_scenario(), "sweep": {"seeds": [0, 1]}}))
+    return path
+
+
+def _plain_file(folder: Path) -> Path:
+    path = folder / "plain"
+    path.write_text("not a folder\n")
+    return path
+
+
+def _unwritable_folder(folder: Path) -> Path:
+    """A folder nobody may create entries in: chmod 555, or for root a kernel file system."""
+    if os.geteuid() != 0:
+        target = folder / "read_only"
+        target.mkdir()
+        target.chmod(0o555)
+        return target / "runs"
+    for candidate in (Path("/sys/flowerbed-fuzz"), Path("/proc/flowerbed-fuzz")):
+        try:
+            candidate.mkdir()
+        except OSError:
+            return candidate
+        candidate.rmdir()
+    pytest.skip("no read-only place to write to (root on a writable /sys and /proc)")
+
+
+def _unreadable(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """chmod 000, or, for root (who reads anything), an ``open`` that refuses this one file."""
+    if os.geteuid() != 0:
+        path.chmod(0)
+        return
+    real_open = builtins.open
+
+    def refusing_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(file, (str, os.PathLike)) and os.fspath(file) == str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", refusing_open)
+
+
+def _scenario_case(kind: str, folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    if kind == "folder":
+        path = folder / "scenario.yaml"
+        path.mkdir()
+    elif kind == "missing":
+        path = folder / "missing.yaml"
+    elif kind == "below_a_file":
+        path = _plain_file(folder) / "scenario.yaml"
+    else:
+        path = _valid_file(folder)
+        _unreadable(path, monkeypatch)
+    return path
+
+
+def _output_case(kind: str, folder: Path) -> Path:
+    if kind == "file":
+        return _plain_file(folder)
+    if kind == "below_a_file":
+        return _plain_file(folder) / "runs"
+    return _unwritable_folder(folder)
+
+
+@pytest.fixture
+def no_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail loudly if a command builds data before checking its paths."""
+    import flowerbed.data.federated as federated
+    import flowerbed.platform.inspect as inspect_cmd
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("data was built before the paths were checked")
+
+    monkeypatch.setattr(federated, "federated_data", refuse)
+    monkeypatch.setattr(inspect_cmd, "federated_data", refuse)
+
+
+def _assert_one_line_naming(capsys: pytest.CaptureFixture[str], path: Path) -> str:
+    out = capsys.readouterr()
+    lines = [ln for ln in out.err.splitlines() if ln.strip()]
+    assert len(lines) == 1, out.err
+    assert str(path) in lines[0], lines
+    assert "Traceback" not in out.err + out.out
+    return lines[0]
+
+
+@pytest.mark.usefixtures("no_data")
+@pytest.mark.parametrize("kind", ["folder", "missing", "below_a_file", "unreadable"])
+@pytest.mark.parametrize("command", FS_COMMANDS)
+def test_unusable_scenario_path_is_one_line_and_exit_2(
+    tmp_path, capsys, monkeypatch, command, kind
+):
+    path = _scenario_case(kind, tmp_path, monkeypatch)
+    assert main([command, str(path)]) == 2
+    _assert_one_line_naming(capsys, path)
+
+
+@pytest.mark.usefixtures("no_data")
+@pytest.mark.parametrize("how", ["--set", "--output-dir"])
+@pytest.mark.parametrize("kind", ["file", "below_a_file", "read_only"])
+@pytest.mark.parametrize("command", FS_COMMANDS)
+def test_unusable_output_folder_is_one_line_and_exit_2(tmp_path, capsys, command, kind, how):
+    if how == "--output-dir" and command == "validate":
+        pytest.skip("validate has no --output-dir")
+    scenario = _valid_file(tmp_path)
+    root = _output_case(kind, tmp_path)
+    given = ["--set", f"output_dir={root}"] if how == "--set" else ["--output-dir", str(root)]
+    assert main([command, str(scenario), *given]) == 2
+    _assert_one_line_naming(capsys, root)
+    assert not any(p.name == "tiny" for p in tmp_path.rglob("tiny")), "no run folder expected"
+
+
+def test_validate_checks_every_file_and_exits_with_the_worst_status(tmp_path, capsys):
+    good = _valid_file(tmp_path)
+    folder = tmp_path / "folder.yaml"
+    folder.mkdir()
+    assert main(["validate", str(good), str(folder)]) == 2
+    out = capsys.readouterr()
+    assert f"{good}: ok" in out.out and str(folder) in out.err
+
+
+# --- data and component mistakes ---------------------------------------------------------
+#
+# Each case makes a mistake found only beside the data or another component: a table
+# with empty cells, a partition the rows cannot give, two components that cannot work
+# together, a key written twice. Each must end as one clear line naming the field (or
+# both components), never as a traceback from deep inside a library.
+
+
+def _table_file(folder: Path, x: Any, y: Any) -> Path:
+    import pandas as pd
+
+    frame = pd.DataFrame({f"f{j}": x[:, j] for j in range(x.shape[1])})
+    frame["target"] = y
+    path = folder / "t.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+@st.composite
+def holey_table(draw: st.DrawFn) -> tuple[Any, Any]:
+    """A regression table of 4-30 rows, 1-3 features, with at least one empty cell."""
+    import numpy as np
+
+    n, d = draw(st.integers(4, 30)), draw(st.integers(1, 3))
+    gen = np.random.default_rng(draw(st.integers(0, 2**16)))
+    x, y = gen.standard_normal((n, d)), gen.standard_normal(n)
+    holes = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, d)), min_size=1,
+                          max_size=n))
+    for row, col in holes:
+        if col == d:
+            y[row] = np.nan
+        else:
+            x[row, col] = draw(st.sampled_from([np.nan, np.inf, -np.inf]))
+    return x, y
+
+
+@fast(60)
+@given(holey_table(), st.sampled_from(["error", "drop", "mean"]))
+def test_tables_with_missing_values_are_refused_dropped_or_filled(table, missing):
+    import numpy as np
+
+    from flowerbed.data.base import DataSourceError
+
+    x, y = table
+    bad_x, bad_y = ~np.isfinite(x), np.isnan(y)
+    with tempfile.TemporaryDirectory() as folder:
+        path = _table_file(Path(folder), x, y)
+        spec = registry.get("dataset", "csv").params(
+            name="csv", path=str(path), target="target", task="regression", missing=missing
+        )
+        try:
+            data = registry.build("dataset", spec, seed=0)
+        except DataSourceError as exc:
+            text = str(exc)
+            assert "\n" not in text and str(path) in text
+            if missing == "error":
+                for j in np.flatnonzero(bad_x.any(axis=0)):
+                    assert f"'f{j}': {int(bad_x[:, j].sum())}" in text, text
+                if bad_y.any():
+                    assert f"'target': {int(bad_y.sum())}" in text, text
+            return
+    assert missing != "error", "a table with empty cells loaded under missing: error"
+    kept = ~bad_y if missing == "mean" else ~(bad_y | bad_x.any(axis=1))
+    assert len(data.y_train) + len(data.y_test) == int(kept.sum())
+    assert np.isfinite(data.x_train).all() and np.isfinite(data.x_test).all()
+    from flowerbed.data.table_data import dropped_rows
+
+    assert dropped_rows(data.meta) == len(y) - int(kept.sum())
+
+
+#: Partitioners that split rows of any labelled dataset (natural_id needs group ids).
+SPLITTERS = ["iid", "dirichlet", "pathological", "shard", "size_skew", "quantity_skew",
+             "feature_subsets", "domain_shift", "label_and_domain_shift", "fewshot_dirichlet"]
+
+
+def _toy(n: int, classes: int, seed: int) -> Any:
+    import numpy as np
+
+    from flowerbed.data.base import Dataset, DatasetMeta
+
+    gen = np.random.default_rng(seed)
+    y = np.arange(n) % classes  # every class present
+    x = gen.standard_normal((n, 3)).astype(np.float32)
+    meta = DatasetMeta(name="toy", task="classification", num_features=3, num_classes=classes)
+    return Dataset(x, y.astype(np.int64), x[:4], y[:4].astype(np.int64), meta)
+
+
+@st.composite
+def hard_partition(draw: st.DrawFn) -> tuple[str, dict[str, Any], int, int, int]:
+    """A partitioner, extreme params, and a client count from 1 to three times the rows."""
+    name = draw(st.sampled_from(SPLITTERS))
+    fields = registry.get("partition", name).params.model_fields
+    knobs = {
+        "min_partition_size": st.integers(0, 40), "num_classes_per_partition": st.integers(1, 6),
+        "num_shards_per_partition": st.integers(1, 30), "shard_size": st.none() | st.integers(1, 20),
+        "min_size": st.integers(0, 20), "features_per_client": st.none() | st.integers(1, 4),
+        "num_shots": st.integers(1, 20), "alpha": st.sampled_from([0.01, 0.5, 100.0]),
+    }
+    if "law" in fields:
+        knobs["law"] = st.sampled_from(typing.get_args(fields["law"].annotation))
+    params = {k: draw(v) for k, v in knobs.items() if k in fields}
+    n = draw(st.integers(6, 60))
+    return name, params, n, draw(st.integers(2, 5)), draw(st.integers(1, 3 * n))
+
+
+@fast(80)
+@given(hard_partition())
+def test_impossible_partitions_name_the_field_and_the_limit(case):
+    name, params, n, classes, clients = case
+    spec = registry.get("partition", name).params(name=name, **params)
+    try:
+        part = registry.build("partition", spec, data=_toy(n, classes, 0), num_clients=clients,
+                              seed=0)
+    except ValueError as exc:  # PartitionError or a task refusal, never IndexError & co
+        text = str(exc)
+        assert "\n" not in text and ("partition." in text or "num_clients=" in text), text
+        if clients > n:
+            assert f"num_clients={clients} exceeds the {n} training rows" in text, text
+        return
+    assert clients <= n, f"{name} gave {clients} clients from {n} rows"
+    assert len(part.indices) == clients
+
+
+def _validates_alone(kind: str, name: str) -> bool:
+    """Whether the component's params validate with their defaults (no required field)."""
+    try:
+        registry.get(kind, name).params(name=name)
+    except ValueError:
+        return False
+    return True
+
+
+@st.composite
+def component_pair(draw: st.DrawFn) -> tuple[str, str, str]:
+    """Strategy x learner, or model x dataset, among those valid with default params."""
+    load_plugins()
+    if draw(st.booleans()):
+        first = draw(st.sampled_from([n for n in registry.names("strategy")
+                                      if _validates_alone("strategy", n)]))
+        second = draw(st.sampled_from([n for n in registry.names("learner")
+                                       if _validates_alone("learner", n)]))
+        return "strategy", first, second
+    first = draw(st.sampled_from(registry.names("model")))
+    second = draw(st.sampled_from([n for n in registry.names("dataset")
+                                   if _validates_alone("dataset", n)]))
+    return "model", first, second
+
+
+def _mismatch(field: str, first: str, second: str) -> bool:
+    """Whether the declarations say the pair cannot work (computed apart from the code tested)."""
+    if field == "model":
+        needs = set(registry.get("model", first).requires)
+        return not needs & set(registry.get("dataset", second).provides)
+    wanted = registry.get("strategy", first).requires
+    target = registry.get("learner", second).target
+    if not wanted or not hasattr(target, "capabilities"):
+        return False
+    offered = set(target.capabilities())
+    return not any(set((r,) if isinstance(r, str) else r) <= offered for r in wanted)
+
+
+@fast(80)
+@given(component_pair())
+def test_mismatched_components_are_one_line_naming_both(pair):
+    field, first, second = pair
+    other = "learner" if field == "strategy" else "dataset"
+    data = tiny_scenario(**{field: {"name": first}, other: {"name": second}}, baselines=[])
+    try:
+        validate_scenario(data)
+        lines: list[str] = []
+    except ScenarioError as exc:
+        lines = [p for p in exc.problems if p.startswith(f"{field}: ")]
+    if not _mismatch(field, first, second):
+        assert not lines, lines
+        return
+    assert len(lines) == 1, lines
+    assert f"'{first}'" in lines[0] and f"'{second}'" in lines[0] and "\n" not in lines[0]
+
+
+def _node_at(node: yaml.Node, path: Path_) -> yaml.Node:
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            node = next(v for k, v in node.value if k.value == str(part))
+        else:
+            node = node.value[part]
+    return node
+
+
+def with_duplicate(data: dict[str, Any], path: Path_) -> str:
+    """``data`` as YAML text with the key at ``path`` written a second time, last in its block."""
+    node = yaml.SafeDumper(io.StringIO()).represent_data(data)
+    parent = _node_at(node, path[:-1])
+    pair = next(p for p in parent.value if p[0].value == str(path[-1]))
+    parent.value.append(copy.deepcopy(pair))
+    return yaml.serialize(node, Dumper=yaml.SafeDumper)
+
+
+def _key_paths(data: dict[str, Any]) -> list[Path_]:
+    """Every path that ends at a mapping key (not at a list item)."""
+    return [p for p, _ in walk(data) if isinstance(p[-1], str)]
+
+
+@fast(80)
+@given(base_index, st.data())
+def test_duplicate_keys_anywhere_are_one_line_with_the_key_path(index, drawn):
+    data = resolved()[index]
+    path = drawn.draw(st.sampled_from(_key_paths(data)))
+    with tempfile.TemporaryDirectory() as folder:
+        file = Path(folder) / "s.yaml"
+        file.write_text(with_duplicate(data, path))
+        with pytest.raises(ScenarioError) as info:
+            read_yaml(file)
+    (problem,) = info.value.problems
+    assert problem.startswith(f"{yaml_path(path)}: duplicate key at line "), problem

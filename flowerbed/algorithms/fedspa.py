@@ -12,7 +12,9 @@ them on its few-shot features with
 temperature 0.01) plus the "semantic stability" term ``-lam sum(T * T0) / C``
 and row-normalises the result. Also here: the baselines' client updates (a
 linear head on frozen features, CoOp-style prompt context) and weighted
-averaging. Pure torch / numpy; no Flower.
+averaging. Pure torch / numpy; no Flower. Each function imports torch itself,
+so that the strategy's params (defaulting to :data:`TEMPERATURE`) validate
+without it.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from torch.nn import functional as F
+
+if TYPE_CHECKING:
+    import torch
 
 #: InfoNCE temperature, hard-coded in the authors' server.
 TEMPERATURE = 0.01
@@ -43,6 +47,8 @@ class TrainConfig:
 
 
 def _tensor(x: np.ndarray) -> torch.Tensor:
+    import torch
+
     return torch.as_tensor(np.asarray(x, dtype=np.float32))
 
 
@@ -51,6 +57,8 @@ def tip_logits(
     logit_scale: float,
 ) -> torch.Tensor:
     """``logit_scale * f T^T + alpha * exp(-beta (1 - f P^T))`` (cache values ``I_C``)."""
+    import torch
+
     clip = logit_scale * f @ t.T
     return clip + alpha * torch.exp(-beta * (1.0 - f @ p.T))
 
@@ -79,6 +87,8 @@ def init_prototypes(
 
 def _batches(n: int, batch_size: int, gen: torch.Generator) -> list[torch.Tensor]:
     """Shuffled index batches covering ``0..n-1`` (the last one may be short)."""
+    import torch
+
     order = torch.randperm(n, generator=gen)
     return list(torch.split(order, batch_size))
 
@@ -86,6 +96,8 @@ def _batches(n: int, batch_size: int, gen: torch.Generator) -> list[torch.Tensor
 def _optimiser(
     params: list[torch.Tensor], cfg: TrainConfig, steps_per_epoch: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    import torch
+
     opt = torch.optim.AdamW(params, lr=cfg.lr, eps=ADAMW_EPS, weight_decay=ADAMW_WEIGHT_DECAY)
     total = max(1, cfg.epochs * steps_per_epoch)
     return opt, torch.optim.lr_scheduler.CosineAnnealingLR(opt, total)
@@ -101,6 +113,8 @@ def fit(
     ``params`` are leaf tensors with ``requires_grad``. The batch size is
     ``min(batch_size, n)``, as in the authors' clients.
     """
+    import torch
+
     if n == 0 or cfg.epochs == 0:
         return []
     gen = torch.Generator().manual_seed(cfg.seed % 2**63)
@@ -129,6 +143,9 @@ def train_prototypes(
 
     Returns the new ``P`` (float32, not renormalised) and the per-epoch mean loss.
     """
+    import torch
+    from torch.nn import functional as F
+
     p_param = _tensor(p).clone().requires_grad_(True)
     t_fixed, feats, labels = _tensor(t), _tensor(f), torch.as_tensor(y, dtype=torch.long)
 
@@ -149,6 +166,9 @@ def info_nce(
     negatives are the other rows' keys, so two rows of the same class in one
     batch are false negatives of each other (as in the authors' server).
     """
+    import torch
+    from torch.nn import functional as F
+
     q = F.normalize(queries, dim=-1)
     k = F.normalize(keys, dim=-1)
     logits = q @ k.T / temperature
@@ -175,6 +195,9 @@ def align_text(
     Returns the row-normalised ``T`` and diagnostics (mean row norm of
     ``T_param`` before normalising, last epoch's loss).
     """
+    import torch
+    from torch.nn import functional as F
+
     t_param = _tensor(t).clone().requires_grad_(True)
     anchor, q = _tensor(t0), _tensor(protos)
     c = torch.as_tensor(labels, dtype=torch.long)
@@ -193,6 +216,9 @@ def train_linear_head(
     w: np.ndarray, b: np.ndarray, f: np.ndarray, y: np.ndarray, cfg: TrainConfig
 ) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """Linear head ``f W^T + b`` on frozen features, cross-entropy (FedAvg baseline's client)."""
+    import torch
+    from torch.nn import functional as F
+
     wp, bp = _tensor(w).clone().requires_grad_(True), _tensor(b).clone().requires_grad_(True)
     feats, labels = _tensor(f), torch.as_tensor(y, dtype=torch.long)
 
@@ -212,6 +238,9 @@ def train_prompt(
     ``text_fn(ctx)`` returns the ``(C, D)`` unit-norm class features of the
     prompts "[ctx] [class name]." and must be differentiable in ``ctx``.
     """
+    import torch
+    from torch.nn import functional as F
+
     ctx = context.detach().clone().float().requires_grad_(True)
     feats, labels = _tensor(f), torch.as_tensor(y, dtype=torch.long)
 
@@ -236,5 +265,7 @@ def weighted_average(arrays: Sequence[np.ndarray], weights: Sequence[float]) -> 
 
 def accuracy(logits: np.ndarray | torch.Tensor, y: np.ndarray) -> tuple[int, int]:
     """``(correct, total)`` of the argmax of ``logits`` against labels ``y``."""
+    import torch
+
     pred = np.asarray(torch.as_tensor(logits).argmax(dim=1))
     return int((pred == np.asarray(y)).sum()), len(y)

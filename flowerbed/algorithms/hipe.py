@@ -18,21 +18,25 @@ frequencies, so sums over them approximate integrals over ``omega``):
 * ``power``:    ``omega exp(-sigma omega)``         (Cauchy field in position)
 
 Layout is rotate-half: dimensions ``i`` and ``i + d/2`` share ``omega_i``. Pure
-torch; imports neither Flower nor Ray.
+torch; imports neither Flower nor Ray. Each function imports torch itself, so
+that the model params naming a :data:`Decay` validate without it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 Decay = Literal["gaussian", "exp", "power"]
 
 
 def rope_frequencies(head_dim: int, theta: float = 10_000.0) -> torch.Tensor:
     """``omega_i = theta^(-2i / head_dim)``, ``i = 0..head_dim/2 - 1`` (float64)."""
+    import torch
+
     if head_dim <= 0 or head_dim % 2:
         raise ValueError(f"rotary head dimension must be even and positive, got {head_dim}")
     i = torch.arange(head_dim // 2, dtype=torch.float64)
@@ -41,6 +45,8 @@ def rope_frequencies(head_dim: int, theta: float = 10_000.0) -> torch.Tensor:
 
 def decay_weights(omega: torch.Tensor, sigma: torch.Tensor, decay: Decay) -> torch.Tensor:
     """Grid-to-place weights ``g(omega; sigma)``, broadcast over both arguments."""
+    import torch
+
     if decay == "gaussian":
         return omega * torch.exp(-(sigma**2) * omega**2 / 2)
     if decay == "exp":
@@ -60,12 +66,15 @@ def hipe_gains(
 
     Examples
     --------
+    >>> import torch
     >>> a = hipe_gains(8, [1.0, 4.0])
     >>> tuple(a.shape), round(float((a**2).mean()), 6)
     ((2, 8), 1.0)
     >>> bool(torch.equal(a[:, :4], a[:, 4:]))
     True
     """
+    import torch
+
     if not sigmas or min(sigmas) < 0:
         raise ValueError(f"HIPE sigmas must be a non-empty list of values >= 0, got {sigmas}")
     omega = rope_frequencies(head_dim, theta)
@@ -79,6 +88,8 @@ def rotary_tables(
     positions: torch.Tensor, omega: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``cos``/``sin`` of ``position * omega``, rotate-half layout, ``(L, 2 * len(omega))``."""
+    import torch
+
     angles = positions.to(torch.float64)[:, None] * omega[None, :]
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos(), angles.sin()
@@ -86,6 +97,8 @@ def rotary_tables(
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """``[x1, x2] -> [-x2, x1]`` on the last dimension (multiplication by ``i`` per pair)."""
+    import torch
+
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([-x2, x1], dim=-1)
 
@@ -111,6 +124,8 @@ def sinusoidal_table(length: int, dim: int, theta: float = 10_000.0) -> torch.Te
     Row dot products depend only on the offset:
     ``P[m] . P[n] = sum_i cos(omega_i (m - n))`` with ``omega = rope_frequencies(dim)``.
     """
+    import torch
+
     omega = rope_frequencies(dim, theta)
     angles = torch.arange(length, dtype=torch.float64)[:, None] * omega[None, :]
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
@@ -123,6 +138,8 @@ def place_field(
 
     The HIPE logit for ``q = k = 1`` (all ones) at offset ``delta = m - n``.
     """
+    import torch
+
     head_dim = gains.shape[-1]
     omega = rope_frequencies(head_dim, theta)
     omega = torch.cat([omega, omega])
@@ -135,6 +152,8 @@ def half_width(kernel: torch.Tensor, offsets: torch.Tensor) -> float:
 
     Linear interpolation between samples; ``inf`` if it never does.
     """
+    import torch
+
     k = kernel / kernel[0]
     below = torch.nonzero(k <= 0.5)
     if len(below) == 0:

@@ -158,7 +158,20 @@ def _setup(msg: Message, context: Context) -> Message:
         }
     )
     pid = int(context.node_config[keys.PARTITION_ID])
+    _warm(yaml_text, pid)
     return Message(Payload(config={keys.PARTITION_ID: pid}).to_record(), reply_to=msg)
+
+
+def _warm(yaml_text: str, pid: int) -> None:
+    """Import the learner's modules and build the data now, while the server waits for setup.
+
+    Otherwise the first training round pays for them in every worker, and
+    round 1 took many times as long as round 2.
+    """
+    scenario = _scenario(yaml_text)
+    _limit_threads(scenario.engine.client_resources.num_cpus)
+    _learner(yaml_text)
+    _data(yaml_text).client(pid)
 
 
 def _cleanup_state(msg: Message, root: str, pid: int) -> Message:

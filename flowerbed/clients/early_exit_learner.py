@@ -1,25 +1,26 @@
 """Learner ``sgd_early_exit``: ``sgd_pruned`` with the multi-exit loss and early-exit scoring.
 
-The network and the loss are in :mod:`flowerbed.models.early_exit`; the method
-and the metrics reported are described there.
+The model is registered in :mod:`flowerbed.models.early_exit` (network and loss
+in :mod:`flowerbed.models.early_exit_nets`); the method and the metrics
+reported are described there.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import torch
 from pydantic import Field
-from torch import nn
-from torch.nn import functional as F
 
-from flowerbed.algorithms.compute_theory import cascade_exit
 from flowerbed.clients.pruned_learner import PrunedSGDLearner, PrunedSGDParams
 from flowerbed.core.messages import Arrays
 from flowerbed.core.registry import register
 from flowerbed.data.base import DatasetMeta
-from flowerbed.models.early_exit import EarlyExitMLP, MultiExitLoss
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from flowerbed.models.early_exit_nets import EarlyExitMLP
 
 
 class EarlyExitParams(PrunedSGDParams):
@@ -58,6 +59,9 @@ class EarlyExitLearner(PrunedSGDLearner):
     p: EarlyExitParams
 
     def _build(self, meta: DatasetMeta) -> nn.Module:
+        # torch (and scipy) only once a learner runs: validating a scenario must stay light.
+        from flowerbed.models.early_exit_nets import EarlyExitMLP
+
         if meta.task != "classification":
             raise ValueError(
                 f"learner 'sgd_early_exit' needs a classification dataset; "
@@ -72,6 +76,8 @@ class EarlyExitLearner(PrunedSGDLearner):
         return model
 
     def _loss(self, meta: DatasetMeta) -> nn.Module:
+        from flowerbed.models.early_exit_nets import MultiExitLoss
+
         assert self.scenario.model is not None  # checked by SGDLearner
         exits: tuple[int, ...] = getattr(self.scenario.model, "exits", ())
         return MultiExitLoss([self.p.exit_loss_weight] * len(exits) + [1.0])
@@ -80,6 +86,11 @@ class EarlyExitLearner(PrunedSGDLearner):
         self, arrays: Arrays, x: np.ndarray, y: np.ndarray, meta: DatasetMeta
     ) -> dict[str, float]:
         """Loss (final head), accuracy with early exits, per-head accuracy and compute."""
+        import torch
+        from torch.nn import functional as F
+
+        from flowerbed.models.early_exit_nets import EarlyExitMLP
+
         model = self._load(meta, arrays)
         assert isinstance(model, EarlyExitMLP)
         model.eval()
@@ -108,6 +119,8 @@ class EarlyExitLearner(PrunedSGDLearner):
         suffix: str,
     ) -> dict[str, float]:
         """Accuracy, exits, disagreement with the full model and compute at ``threshold``."""
+        from flowerbed.algorithms.compute_theory import cascade_exit
+
         pred, used = cascade_exit(logits, threshold, self.p.exit_rule)
         macs = float(np.mean(np.take(model.exit_macs, used)))
         return {

@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 from pydantic import Field
 
 from flowerbed.algorithms import fedspa as fs
@@ -81,6 +80,9 @@ class SyntheticClip(VisionLanguageModel):
     """
 
     def __init__(self, params: Params) -> None:
+        # torch only once a model or learner runs: validating a scenario must stay light.
+        import torch
+
         super().__init__(params)
         p: SyntheticClipParams = params  # type: ignore[assignment]
         self.dim, self.context_dim = p.dim, p.context_dim
@@ -116,15 +118,21 @@ class SyntheticClip(VisionLanguageModel):
 
     def init_context(self, n_ctx: int, seed: int) -> Any:
         """CoOp's init: ``N(0, 0.02^2)`` context vectors."""
+        import torch
+
         gen = torch.Generator().manual_seed(seed % 2**63)
         return 0.02 * torch.randn(n_ctx, self.context_dim, generator=gen)
 
     def context_from_text(self, text: str) -> Any:
         """Zero context vectors, one per word: the prompt then equals the class text."""
+        import torch
+
         return torch.zeros(len(text.split()), self.context_dim)
 
     def prompt_text_features(self, context: Any, class_names: Sequence[str]) -> Any:
         """``normalise(text(name) + mean(ctx) @ M)``, differentiable in ``ctx``."""
+        import torch
+
         base = torch.as_tensor(self.encode_texts(list(class_names)))
         shift = context.mean(dim=0) @ self._proj
         return torch.nn.functional.normalize(base + shift, dim=1)
@@ -236,6 +244,8 @@ class FedSpaLearner(Learner):
         server's P0), P uploaded. ``local_only``: T = T0 and P0 from local class
         means (T0 rows for absent classes), nothing uploaded.
         """
+        import torch
+
         p: FedSpaLearnerParams = self.params  # type: ignore[assignment]
         arm = str(payload.config[ARM])
         if arm not in ARMS:
@@ -280,6 +290,8 @@ class FedSpaLearner(Learner):
 
     def train_fedspa_prompt(self, data: ClientData, payload: Payload, ctx: TaskContext) -> Payload:
         """PromptFL baseline's client: CoOp context trained on the local few-shot features."""
+        import torch
+
         p: FedSpaLearnerParams = self.params  # type: ignore[assignment]
         f, y = self.features(data, "train")
         names = list(data.meta.class_names)
@@ -293,6 +305,8 @@ class FedSpaLearner(Learner):
 
     def evaluate_fedspa(self, data: ClientData, payload: Payload, ctx: TaskContext) -> Payload:
         """Accuracy on the client's test rows of text features, a linear head or a prompt."""
+        import torch
+
         head = str(payload.config[HEAD])
         ft, yt = self.features(data, "test")
         arr = payload.arrays

@@ -13,7 +13,6 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from flowerbed.algorithms.fqr_local import SingularDesignError, fit_local, smoothed_pinball_grad
 from flowerbed.clients.learner import Learner, TaskContext
 from flowerbed.core.messages import Payload
 from flowerbed.core.registry import Params, register
@@ -54,6 +53,9 @@ class FqrLearner(Learner):
 
     def query_fqr_fit(self, data: ClientData, payload: Payload, ctx: TaskContext) -> Payload:
         """Fit QR at ``config[taus]``; a singular design replies with a flag, not an error."""
+        # scipy only once a client fits: validating a scenario must stay light.
+        from flowerbed.algorithms.fqr_local import SingularDesignError, fit_local
+
         del ctx
         p: FqrLearnerParams = self.params  # type: ignore[assignment]
         taus = np.asarray(payload.config[TAUS], dtype=np.float64)
@@ -72,6 +74,8 @@ class FqrLearner(Learner):
         Receives ``coef`` of shape ``(K, 1 + d)`` (intercept first); returns the
         updated ``(K, 1 + d_m)`` block of the client's columns and their ids.
         """
+        from flowerbed.algorithms.fqr_local import smoothed_pinball_grad
+
         del ctx
         cols = data.column_ids()
         cfg = payload.config

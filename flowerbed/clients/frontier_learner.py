@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from flowerbed.algorithms import hedging
-from flowerbed.clients.frontier_zoo import from_array, predict_all
 from flowerbed.clients.learner import Learner, TaskContext
 from flowerbed.core.messages import Payload
 from flowerbed.core.registry import register
@@ -51,6 +50,10 @@ def all_rows(data: ClientData) -> tuple[np.ndarray, np.ndarray]:
 
 def received_predictions(data: ClientData, payload: Payload) -> tuple[np.ndarray, np.ndarray]:
     """``(M, N, C)`` probabilities of the received models on all rows, and the labels."""
+    # The zoo module imports scikit-learn: only once a client predicts, so that
+    # validating a scenario stays light.
+    from flowerbed.clients.frontier_zoo import from_array, predict_all
+
     ids = payload.config[MODEL_IDS]
     models = [from_array(payload.arrays[model_key(j)]) for j in ids]
     x, y = all_rows(data)

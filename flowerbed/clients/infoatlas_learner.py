@@ -16,8 +16,6 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from flowerbed.algorithms import infoatlas as ia
-from flowerbed.algorithms import mi_reference as ref
 from flowerbed.clients.learner import Learner, TaskContext
 from flowerbed.core.messages import Payload
 from flowerbed.core.registry import Params, register
@@ -52,10 +50,15 @@ class InfoAtlasLearner(Learner):
 
     def estimate_pairs(self, pairs: list[tuple[np.ndarray, np.ndarray]], seed: int) -> np.ndarray:
         """MI estimates of ``(x, y)`` pairs with the configured estimator."""
+        # The estimators import torch and scipy: only once a client estimates, so
+        # that validating a scenario stays light.
+        from flowerbed.algorithms import mi_reference as ref
+
         p: InfoAtlasLearnerParams = self.params  # type: ignore[assignment]
         if not pairs:
             return np.zeros(0)
         if p.estimator == "infoatlas":
+            from flowerbed.algorithms import infoatlas as ia
             from flowerbed.models.infoatlas_model import load_model
 
             net = load_model(p.weights)

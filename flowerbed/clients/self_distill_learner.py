@@ -20,7 +20,6 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from flowerbed.algorithms import self_distill as sd
 from flowerbed.clients.learner import SupervisedLearner, TaskContext
 from flowerbed.core.messages import Arrays, Payload
 from flowerbed.core.registry import Params, register
@@ -100,6 +99,9 @@ class SelfDistillRidgeLearner(SupervisedLearner):
         epochs: int | None = None,
     ) -> tuple[Arrays, dict[str, float]]:
         """Fit teacher and student at every λ from one SVD; metrics: ξ and GCV per λ."""
+        # scipy only once a client fits: validating a scenario must stay light.
+        from flowerbed.algorithms import self_distill as sd
+
         del seed, epochs
         out = {k: np.array(v, dtype=float, copy=True) for k, v in self.init_arrays(meta, 0).items()}
         xc, yc, xm, ym = _centre(x, y, self.p.fit_intercept)

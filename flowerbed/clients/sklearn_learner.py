@@ -76,6 +76,11 @@ class SklearnLearner(Learner):
     def run_local(self, data: ClientData, ctx: TaskContext) -> Payload:
         """Fit on ``data``'s training rows, score on its test rows (``num_examples``: test rows)."""
         p: SklearnParams = self.params  # type: ignore[assignment]
+        if data.meta.task == "language_modeling":
+            raise ValueError(
+                f"learner sklearn: {data.meta.name!r} is token windows for language modelling; "
+                "use learner: lm_sgd"
+            )
         classification = data.meta.task == "classification"
         if data.num_train == 0 or len(data.y_test) == 0:
             raise ValueError(

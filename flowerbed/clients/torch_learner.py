@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import torch
 from pydantic import Field
-from torch import nn
 
 from flowerbed.clients.learner import SupervisedLearner
 from flowerbed.core import registry
@@ -16,6 +14,10 @@ from flowerbed.core.messages import Arrays
 from flowerbed.core.registry import Params, register
 from flowerbed.core.scenario import Scenario
 from flowerbed.data.base import DatasetMeta
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
 class SGDParams(Params):
@@ -42,6 +44,12 @@ class SGDLearner(SupervisedLearner):
         self.p: SGDParams = params
 
     def _build(self, meta: DatasetMeta) -> nn.Module:
+        if meta.task == "language_modeling":
+            raise ValueError(
+                f"learner {registry.name_of(self.params)!r} does not train language models "
+                f"({meta.name!r} is "
+                "token windows); use learner: lm_sgd"
+            )
         out = meta.num_classes if meta.task == "classification" else 1
         spec = self.scenario.model
         assert spec is not None  # checked in __init__
@@ -57,10 +65,15 @@ class SGDLearner(SupervisedLearner):
         kernels are not all deterministic: the bit-for-bit reproducibility
         guarantee holds on CPU.
         """
+        # torch only once a learner runs: validating a scenario must stay light.
+        import torch
+
         wants_gpu = self.scenario.engine.client_resources.num_gpus > 0
         return torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
 
     def _load(self, meta: DatasetMeta, arrays: Arrays) -> nn.Module:
+        import torch
+
         model = self._build(meta)
         state = OrderedDict((k, torch.from_numpy(np.array(v))) for k, v in arrays.items())
         model.load_state_dict(state, strict=True)
@@ -80,9 +93,13 @@ class SGDLearner(SupervisedLearner):
         return self.p.local_epochs
 
     def _loss(self, meta: DatasetMeta) -> nn.Module:
+        from torch import nn
+
         return nn.CrossEntropyLoss() if meta.task == "classification" else nn.MSELoss()
 
     def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        import torch
+
         if self.p.optimizer == "adam":
             return torch.optim.Adam(
                 model.parameters(), lr=self.p.lr, weight_decay=self.p.weight_decay
@@ -104,6 +121,8 @@ class SGDLearner(SupervisedLearner):
         epochs: int | None = None,
     ) -> tuple[Arrays, dict[str, float]]:
         """Run ``epochs`` (default ``local_epochs``) of seeded mini-batch training."""
+        import torch
+
         seed_torch(seed, self.device())
         model = self._load(meta, arrays)
         model.train()
@@ -127,6 +146,8 @@ class SGDLearner(SupervisedLearner):
         self, arrays: Arrays, x: np.ndarray, y: np.ndarray, meta: DatasetMeta
     ) -> dict[str, float]:
         """Loss, plus accuracy for classification."""
+        import torch
+
         model = self._load(meta, arrays)
         model.eval()
         xt, yt = _tensors(x, y, meta, self.device())
@@ -145,6 +166,8 @@ def seed_torch(seed: int, device: torch.device) -> None:
     also queues a CUDA seeding, recording a stack trace, even where CUDA is
     never used: about 0.3 ms per call, 5% of a small client's update.
     """
+    import torch
+
     torch.random.default_generator.manual_seed(seed)
     if device.type == "cuda":
         torch.cuda.manual_seed_all(seed)
@@ -153,6 +176,8 @@ def seed_torch(seed: int, device: torch.device) -> None:
 def _tensors(
     x: np.ndarray, y: np.ndarray, meta: DatasetMeta, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
     xt = torch.as_tensor(np.asarray(x, dtype=np.float32), device=device)
     dtype = np.int64 if meta.task == "classification" else np.float32
     return xt, torch.as_tensor(np.asarray(y, dtype=dtype), device=device)

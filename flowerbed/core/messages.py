@@ -7,12 +7,14 @@ import io
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from flowerbed.core import keys
+
+if TYPE_CHECKING:
+    from flwr.app import Array, ArrayRecord, RecordDict
 
 Arrays = dict[str, np.ndarray]
 
@@ -42,6 +44,9 @@ class Payload:
 
     def to_array_record(self) -> ArrayRecord:
         """The arrays alone, as a Flower ``ArrayRecord``."""
+        # Flower only once records are built: validating a scenario must stay light.
+        from flwr.app import ArrayRecord
+
         return ArrayRecord(array_dict={k: encode_array(v) for k, v in self.arrays.items()})
 
     @staticmethod
@@ -56,6 +61,8 @@ class Payload:
         :meth:`to_array_record`): a broadcast serialises its arrays once and
         shares the record between messages, as Flower's own strategies do.
         """
+        from flwr.app import ConfigRecord, MetricRecord, RecordDict
+
         content = RecordDict()
         if array_record is not None:
             content[keys.ARRAYS] = array_record
@@ -114,6 +121,8 @@ def _npy_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes | None:
 
 def encode_array(x: np.ndarray) -> Array:
     """A Flower ``Array`` with the same bytes as ``Array(x)``, built without ``np.save``."""
+    from flwr.app import Array
+
     x = np.asarray(x)
     header = _npy_header(x.dtype, x.shape)
     if header is None:

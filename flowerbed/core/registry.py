@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar, Union, cast
+from typing import Annotated, Any, Literal, TypeAlias, TypeVar, Union, cast
 
 from pydantic import BaseModel, ConfigDict, create_model
 
@@ -20,6 +20,24 @@ CAPABILITY_TEXT = {
     SUPERVISED: "trainable weights (init_arrays, fit, score)",
     LOCAL_TASK: "a local task (run_local)",
 }
+
+#: Kinds of data a dataset ``provides`` and a model ``requires`` (any one of).
+FEATURES = "features"
+TOKENS = "tokens"
+TOKEN_WINDOWS = "token_windows"
+DATA_TEXT = {
+    FEATURES: "numeric feature rows",
+    TOKENS: "integer token sequences",
+    TOKEN_WINDOWS: "language-model token windows",
+}
+#: What a component declares when it says nothing: almost every dataset yields
+#: numeric feature rows and almost every model reads them, so only the
+#: exceptions (token data, sequence models) need to say so.
+_DEFAULT_PROVIDES = {"dataset": (FEATURES,)}
+_DEFAULT_REQUIRES = {"model": (FEATURES,)}
+
+#: One requirement: a capability, or a tuple of capabilities needed together.
+Requirement: TypeAlias = str | tuple[str, ...]
 
 
 class Params(BaseModel):
@@ -44,9 +62,13 @@ class Entry:
     summary
         First line of the target's docstring, shown by ``flowerbed list``.
     requires
-        For strategies and baselines: the learner must offer at least one of
-        these capabilities (:data:`CAPABILITY_TEXT` or a message type); empty
-        means no requirement.
+        For strategies and baselines: the learner must meet at least one of
+        these requirements, each a capability (:data:`CAPABILITY_TEXT` or a
+        message type) or a tuple of capabilities it must offer together. For
+        models: the dataset must provide one of these data kinds
+        (:data:`DATA_TEXT`). Empty means no requirement.
+    provides
+        For datasets: the data kinds (:data:`DATA_TEXT`) its rows are.
     """
 
     kind: str
@@ -54,7 +76,8 @@ class Entry:
     target: Any
     params: type[Params]
     summary: str
-    requires: tuple[str, ...] = ()
+    requires: tuple[Requirement, ...] = ()
+    provides: tuple[str, ...] = ()
 
 
 class UnknownComponentError(KeyError):
@@ -74,7 +97,8 @@ def register(
     kind: str,
     name: str,
     params: type[Params] | None = None,
-    requires: tuple[str, ...] | None = None,
+    requires: tuple[Requirement, ...] | None = None,
+    provides: tuple[str, ...] | None = None,
 ) -> Callable[[T], T]:
     """Register ``target`` under ``(kind, name)``.
 
@@ -88,8 +112,12 @@ def register(
         Parameter model of the component; defaults to ``target.Params`` when
         the target defines one, else a model with no parameters.
     requires
-        Capabilities the scenario's learner must offer (any one of them);
-        defaults to ``target.requires`` when the target defines it.
+        What the component needs of its counterpart (see :attr:`Entry.requires`);
+        defaults to ``target.requires`` when the target defines it, else to
+        numeric feature rows for a model.
+    provides
+        For a dataset, the data kinds it yields; defaults to
+        ``target.provides``, else numeric feature rows.
 
     Examples
     --------
@@ -114,11 +142,20 @@ def register(
         )
         doc = (getattr(target, "__doc__", None) or "").strip().splitlines()
         summary = doc[0] if doc else ""
-        needs = tuple(requires if requires is not None else getattr(target, "requires", ()))
-        _REGISTRY[kind][name] = Entry(kind, name, target, model, summary, needs)
+        needs = _declared(requires, target, "requires", _DEFAULT_REQUIRES.get(kind, ()))
+        gives = _declared(provides, target, "provides", _DEFAULT_PROVIDES.get(kind, ()))
+        _REGISTRY[kind][name] = Entry(kind, name, target, model, summary, needs, gives)
         return target
 
     return decorate
+
+
+def _declared(given: tuple[Any, ...] | None, target: Any, attr: str,
+              default: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A declaration: the one passed to :func:`register`, else the target's, else the kind's."""
+    if given is not None:
+        return tuple(given)
+    return tuple(getattr(target, attr, None) or default)
 
 
 def unregister(kind: str, name: str) -> Entry:
@@ -203,6 +240,10 @@ def describe_capability(cap: str) -> str:
     return CAPABILITY_TEXT.get(cap, f"a handler for {cap!r}")
 
 
+def _group(requirement: Requirement) -> tuple[str, ...]:
+    return (requirement,) if isinstance(requirement, str) else tuple(requirement)
+
+
 def missing_capability(kind: str, spec: Params, learner: Params) -> str | None:
     """Why the learner cannot serve component ``spec`` of ``kind``; ``None`` if it can.
 
@@ -214,13 +255,34 @@ def missing_capability(kind: str, spec: Params, learner: Params) -> str | None:
         return None
     target = get("learner", name_of(learner)).target
     offered = getattr(target, "capabilities", None)
-    if offered is None or set(entry.requires) & set(offered()):
+    if offered is None:
         return None
-    needs = " or ".join(describe_capability(c) for c in entry.requires)
-    return (
-        f"{kind} {entry.name!r} needs a learner with {needs}; "
-        f"learner {name_of(learner)!r} has none of them"
-    )
+    caps = set(offered())
+    groups = [_group(r) for r in entry.requires]
+    if any(set(g) <= caps for g in groups):
+        return None
+    needs = " or ".join(" and ".join(describe_capability(c) for c in g) for g in groups)
+    if len(groups) == 1 and len(groups[0]) > 1:
+        lacks = " and ".join(describe_capability(c) for c in groups[0] if c not in caps)
+        why = f"learner {name_of(learner)!r} lacks {lacks}"
+    else:
+        why = f"learner {name_of(learner)!r} has none of them"
+    return f"{kind} {entry.name!r} needs a learner with {needs}; {why}"
+
+
+def missing_data(kind: str, spec: Params, dataset: Params) -> str | None:
+    """Why component ``spec`` of ``kind`` (a model) cannot read the dataset; ``None`` if it can.
+
+    Decided from declarations alone (the dataset's ``provides``, the model's
+    ``requires``), so validation never builds data.
+    """
+    entry = get(kind, name_of(spec))
+    source = get("dataset", name_of(dataset))
+    if not entry.requires or set(entry.requires) & set(source.provides):
+        return None
+    needs = " or ".join(DATA_TEXT.get(str(r), str(r)) for r in entry.requires)
+    gives = " and ".join(DATA_TEXT.get(p, p) for p in source.provides) or "no declared data kind"
+    return f"{kind} {entry.name!r} reads {needs}; dataset {source.name!r} gives {gives}"
 
 
 def build(kind: str, spec: Params, **kwargs: Any) -> Any:

@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from flowerbed.core import registry
 from flowerbed.core.availability import AvailabilityParams
@@ -88,15 +95,56 @@ class ClientsConfig(Params):
     )
 
 
+def _metric_name(name: str) -> str:
+    """A summary name: ``metric`` or ``split/metric``, no empty or space-padded part."""
+    if any(not part or part != part.strip() for part in name.split("/")):
+        raise ValueError(f"{name!r} is not a metric name (empty or space-padded part)")
+    return name
+
+
 class MetricsConfig(Params):
     """Which metrics the summary table shows and how often the server evaluates."""
 
-    summary: tuple[str, ...] = ("accuracy", "loss")
+    summary: tuple[Annotated[str, AfterValidator(_metric_name)], ...] = ("accuracy", "loss")
     eval_every: int = Field(1, ge=1)
 
     def summary_keys(self) -> dict[str, str]:
         """Each summary name -> its metric key: a bare name is ``test/<name>``."""
         return {k: k if "/" in k else f"test/{k}" for k in self.summary}
+
+
+def produced_metrics(summary: dict[str, Any], rows: list[dict[str, Any]]) -> set[str]:
+    """Metric keys (``split/metric``) a finished run produced, in any phase or result.
+
+    ``summary`` is ``summary.json``'s content; ``rows`` are ``metrics.jsonl``'s
+    rows, whose values are named ``<phase>/<split>/<metric>``.
+    """
+    results = (summary.get("results") or {}).values()
+    found = {k for values in results if isinstance(values, dict) for k in values}
+    for row in rows:
+        if "event" not in row:
+            found |= {k.split("/", 1)[1] for k in row if k.count("/") >= 2}
+    return found
+
+
+def summary_problem(
+    config: MetricsConfig, summary: dict[str, Any], rows: list[dict[str, Any]]
+) -> str | None:
+    """One line naming the ``metrics.summary`` names no phase of the run produced, or ``None``.
+
+    Which metrics a run produces depends on its strategy, learner and data,
+    so this is checked once the run is over (everything is saved by then);
+    the line lists what the run does have, to pick from.
+    """
+    produced = produced_metrics(summary, rows)
+    missing = [name for name, key in config.summary_keys().items() if key not in produced]
+    if not missing:
+        return None
+    names = ", ".join(repr(n) for n in missing)
+    return (
+        f"metrics.summary: no phase produced {names}; "
+        f"this run has: {', '.join(sorted(produced)) or '(no metrics)'}"
+    )
 
 
 class ScenarioBase(Params):
@@ -157,8 +205,24 @@ class ScenarioBase(Params):
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     def digest(self) -> str:
-        """Short content hash of the resolved scenario (stable across processes)."""
-        text = json.dumps(self.to_dict(), sort_keys=True)
+        """Short hash of what decides the run's numbers (stable across processes).
+
+        Left out, because they never change a result: where the run folder
+        goes (``output_dir``), ``description``, ``clients.keep_state``, the
+        summary table's columns (``metrics.summary``) and the engine (inline,
+        simulation and deployment give the same numbers: see
+        ``tests/test_simulation.py`` and ``tests/test_deploy.py``). Whether
+        clients ask for a GPU stays in: on a GPU they compute differently.
+        So a sweep resumes however its output folder is spelt or wherever
+        it was moved, and equal digests mean equal results.
+        """
+        data = self.to_dict()
+        for key in ("output_dir", "description", "engine"):
+            data.pop(key, None)
+        data["clients"].pop("keep_state", None)
+        data["metrics"].pop("summary", None)
+        data["clients_use_gpu"] = self.engine.client_resources.num_gpus > 0
+        text = json.dumps(data, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
@@ -295,14 +359,19 @@ def validate_scenario(data: Any, source: str = "scenario") -> ScenarioBase:
     except ValidationError as exc:
         problems = [_message(dict(e), model, data) for e in exc.errors()]
         raise ScenarioError(list(dict.fromkeys(problems)), source) from None
-    problems = capability_problems(scenario)
+    problems = capability_problems(scenario) + component_problems(scenario)
     if problems:
         raise ScenarioError(problems, source)
     return scenario
 
 
 def capability_problems(scenario: ScenarioBase) -> list[str]:
-    """One line per strategy or baseline whose needs the scenario's learner does not meet."""
+    """One line per pair of components that cannot work together, naming both.
+
+    A strategy or baseline whose needs the learner does not meet, and a model
+    that cannot read the dataset's rows (both from declarations: see
+    :attr:`flowerbed.core.registry.Entry.requires`).
+    """
     found = []
     why = registry.missing_capability("strategy", scenario.strategy, scenario.learner)
     if why:
@@ -311,7 +380,101 @@ def capability_problems(scenario: ScenarioBase) -> list[str]:
         why = registry.missing_capability("baseline", spec, scenario.learner)
         if why:
             found.append(f"baselines[{i}]: {why}")
+    if scenario.model is not None:
+        why = registry.missing_data("model", scenario.model, scenario.dataset)
+        if why:
+            found.append(f"model: {why}")
     return found
+
+
+def component_problems(scenario: ScenarioBase) -> list[str]:
+    """Problems a component's params show only beside the rest of the scenario.
+
+    A component's params model may define ``scenario_problems(scenario)``,
+    returning lines relative to its block (``subsets: lists 2 clients;
+    num_clients=4``); each is reported under the component's field.
+    """
+    found = []
+    for field in COMPONENT_FIELDS:
+        check = getattr(getattr(scenario, field), "scenario_problems", None)
+        if callable(check):
+            found += [f"{field}.{problem}" for problem in check(scenario)]
+    return found
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping that writes one key twice (PyYAML would silently keep the last value)."""
+
+    def __init__(self, path: str, line: int, first: int) -> None:
+        self.path, self.line, self.first = path, line, first
+        super().__init__(f"{path}: duplicate key at line {line} (first at line {first})")
+
+    def problem(self) -> str:
+        """The one-line problem, naming the key path and both lines."""
+        return (
+            f"{self.path}: duplicate key at line {self.line} (first at line {self.first}); "
+            "write each key once"
+        )
+
+
+def _key_path(parent: str, key: Any) -> str:
+    return f"{parent}.{key}" if parent else str(key)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key written twice in one mapping.
+
+    The check runs on the composed node tree, before any value is built, so it
+    knows each key's path and line; merge keys (``<<: *base``) and the keys
+    they bring in are not duplicates.
+    """
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self._check_unique(node, "", set())
+        return super().construct_document(node)
+
+    def _check_unique(self, node: yaml.Node, path: str, seen: set[int]) -> None:
+        if id(node) in seen:  # an alias: already checked where its anchor is
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self._check_unique(item, f"{path}[{i}]", seen)
+        elif isinstance(node, yaml.MappingNode):
+            lines: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self._key(key_node)
+                line = key_node.start_mark.line + 1
+                if key in lines:
+                    raise DuplicateKeyError(_key_path(path, key), line, lines[key])
+                lines[key] = line
+                self._check_unique(value_node, _key_path(path, key), seen)
+
+    def _key(self, node: yaml.Node) -> Any:
+        """A key as the loader will build it (``1`` and ``"1"`` differ), or its text."""
+        if isinstance(node, yaml.ScalarNode):
+            try:
+                return self.construct_object(node)
+            except yaml.YAMLError:
+                return node.value
+        return f"<{node.tag} at line {node.start_mark.line + 1}>"  # a complex key: never equal
+
+
+def load_yaml(text: str) -> Any:
+    r"""``yaml.safe_load`` that raises :class:`DuplicateKeyError` for a key written twice.
+
+    Examples
+    --------
+    >>> load_yaml("a: 1\nb: {c: 2}")
+    {'a': 1, 'b': {'c': 2}}
+    >>> load_yaml("a: 1\nb: {c: 2, c: 3}")
+    Traceback (most recent call last):
+    ...
+    flowerbed.core.scenario.DuplicateKeyError: b.c: duplicate key at line 2 (first at line 2)
+    """
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: builds plain data only
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -323,7 +486,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not all(path):
         raise ScenarioError([f"--set {text!r}: empty key in {key!r}"], "--set")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
+    except DuplicateKeyError as exc:
+        raise ScenarioError([f"--set {text!r}: {exc.problem()}"], "--set") from None
     except yaml.YAMLError:
         value = raw
     return path, value
@@ -354,7 +519,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ScenarioError([f"file not found: {p}"], str(p))
     try:
-        data = yaml.safe_load(p.read_text())
+        data = load_yaml(p.read_text())
+    except DuplicateKeyError as exc:
+        raise ScenarioError([exc.problem()], str(p)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

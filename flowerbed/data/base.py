@@ -8,7 +8,7 @@ from typing import Literal
 
 import numpy as np
 
-Task = Literal["classification", "regression"]
+Task = Literal["classification", "regression", "language_modeling"]
 
 #: A per-client input transform: rows of ``x`` (full width) in, same shape out.
 Transform = Callable[[np.ndarray], np.ndarray]
@@ -52,7 +52,10 @@ class DatasetMeta:
     name
         Registry name of the dataset.
     task
-        ``classification`` (integer labels ``0..num_classes-1``) or ``regression``.
+        ``classification`` (integer labels ``0..num_classes-1``), ``regression``,
+        or ``language_modeling`` (``x`` holds int64 token ids, one window of
+        ``num_features`` tokens per row, inputs and next-token targets from the
+        same row; ``y`` is unused zeros; ``num_classes`` is the vocabulary size).
     num_features
         Width of ``x`` (after flattening images).
     num_classes
@@ -80,9 +83,14 @@ class DatasetMeta:
 class Dataset:
     """Train and test splits as numpy arrays, plus metadata.
 
-    ``x_*`` are ``float32`` arrays of shape ``(n, num_features)``; ``y_*`` are
-    ``int64`` labels for classification and ``float64`` targets for regression.
+    ``x_*`` are ``float32`` arrays of shape ``(n, num_features)`` (``int64``
+    token ids for ``language_modeling``); ``y_*`` are ``int64`` labels for
+    classification and ``float64`` targets for regression.
     ``groups_train`` optionally holds a natural client id per training example.
+
+    Text datasets keep their raw text beside the arrays: ``text_*[i]`` is the
+    input text of row ``i`` and ``refs_*[i]`` (word-pair tasks) every acceptable
+    output for it. ``None`` for datasets without text.
     """
 
     x_train: np.ndarray
@@ -91,6 +99,10 @@ class Dataset:
     y_test: np.ndarray
     meta: DatasetMeta
     groups_train: np.ndarray | None = None
+    text_train: tuple[str, ...] | None = None
+    text_test: tuple[str, ...] | None = None
+    refs_train: tuple[tuple[str, ...], ...] | None = None
+    refs_test: tuple[tuple[str, ...], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +147,8 @@ class ClientData:
 
     ``x_train``/``x_test`` already hold only the client's columns when the
     partition restricts features; ``columns`` says which ones they are.
+    ``text_*``/``refs_*`` are the client's rows of the dataset's text side
+    table (same order as ``y_*``), ``None`` when the dataset has no text.
     """
 
     partition_id: int
@@ -145,6 +159,10 @@ class ClientData:
     meta: DatasetMeta
     columns: np.ndarray | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    text_train: tuple[str, ...] | None = None
+    text_test: tuple[str, ...] | None = None
+    refs_train: tuple[tuple[str, ...], ...] | None = None
+    refs_test: tuple[tuple[str, ...], ...] | None = None
 
     @property
     def num_train(self) -> int:

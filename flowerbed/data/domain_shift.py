@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -29,7 +29,13 @@ from pydantic import Field
 from flowerbed.core.registry import Params, register
 from flowerbed.core.seeds import derive_seed, rng
 from flowerbed.data.base import Dataset, Partition, Transform
-from flowerbed.data.partitioners import DirichletParams, IidParams, dirichlet, iid
+from flowerbed.data.partitioners import (
+    DirichletParams,
+    IidParams,
+    PartitionError,
+    dirichlet,
+    iid,
+)
 
 ImageKind = Literal["rotation", "contrast", "noise", "blur"]
 IMAGE_KINDS: tuple[ImageKind, ...] = ("rotation", "contrast", "noise", "blur")
@@ -164,6 +170,13 @@ class DomainShiftParams(Params):
         None, ge=1, description="clients share domains round-robin (default: one per client)"
     )
 
+    def scenario_problems(self, scenario: Any) -> list[str]:
+        """More domains than clients would leave some domain unused (known before any data)."""
+        if self.num_domains is not None and self.num_domains > scenario.num_clients:
+            return [f"num_domains: {self.num_domains} domains for num_clients="
+                    f"{scenario.num_clients}: some would have no client; lower num_domains"]
+        return []
+
 
 def domain_transforms(
     params: DomainShiftParams, data: Dataset, num_clients: int, seed: int
@@ -171,8 +184,8 @@ def domain_transforms(
     """Each client's transform and description; client ``i`` is in domain ``i % D``."""
     image = params.space == "image" or (params.space == "auto" and is_image(data))
     if image and not is_image(data):
-        raise ValueError(
-            f"space=image needs image rows; {data.meta.name!r} has input_shape "
+        raise PartitionError(
+            f"partition.space=image needs image rows; {data.meta.name!r} has input_shape "
             f"{data.meta.input_shape or '()'} (use space: features)"
         )
     count = params.num_domains or num_clients

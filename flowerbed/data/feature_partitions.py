@@ -9,24 +9,37 @@ seeded permutation of the column ids. The union must cover every feature.
 
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import numpy as np
-from pydantic import Field
+from pydantic import Field, NonNegativeInt
 
 from flowerbed.core.registry import Params, register
 from flowerbed.core.seeds import derive_seed
 from flowerbed.data.base import Dataset, Partition
+from flowerbed.data.partitioners import PartitionError, check_clients
+
+#: One client's column ids: at least one, none negative.
+Columns = Annotated[tuple[NonNegativeInt, ...], Field(min_length=1)]
 
 
 class FeatureSubsetParams(Params):
     """Which columns each client observes."""
 
-    subsets: tuple[tuple[int, ...], ...] | None = Field(
+    subsets: tuple[Columns, ...] | None = Field(
         None, description="explicit column ids per client (one list per client)"
     )
     features_per_client: int | None = Field(
         None, ge=1, description="window width (default: ceil(2 d / M), capped at d)"
     )
     shuffle_features: bool = Field(False, description="permute column ids before windowing")
+
+    def scenario_problems(self, scenario: Any) -> list[str]:
+        """Explicit subsets must list one entry per client (known before any data)."""
+        if self.subsets is not None and len(self.subsets) != scenario.num_clients:
+            return [f"subsets: lists {len(self.subsets)} clients; "
+                    f"num_clients={scenario.num_clients}"]
+        return []
 
 
 def window_subsets(
@@ -49,20 +62,15 @@ def window_subsets(
 
 
 def client_columns(
-    params: FeatureSubsetParams, num_features: int, num_clients: int, seed: int
+    params: FeatureSubsetParams, num_features: int, num_clients: int, seed: int,
+    name: str = "the dataset",
 ) -> list[np.ndarray]:
-    """Each client's sorted column ids; raises when the union misses a feature."""
+    """Each client's sorted column ids; raises when the union misses a feature.
+
+    ``name`` is the dataset's, for the error messages.
+    """
     if params.subsets is not None:
-        if len(params.subsets) != num_clients:
-            raise ValueError(
-                f"subsets lists {len(params.subsets)} clients, num_clients={num_clients}"
-            )
-        cols = [np.unique(np.array(s, dtype=np.int64)) for s in params.subsets]
-        bad = [c for s in cols for c in s if not 0 <= c < num_features]
-        if bad or any(len(s) == 0 for s in cols):
-            raise ValueError(
-                f"subsets must be non-empty column ids in [0, {num_features}); got {bad}"
-            )
+        cols = _explicit_columns(params.subsets, num_features, num_clients, name)
     else:
         width = params.features_per_client or min(num_features, -(-2 * num_features // num_clients))
         width = min(width, num_features)
@@ -73,8 +81,36 @@ def client_columns(
             )
         cols = window_subsets(num_features, num_clients, width, perm)
     missed = sorted(set(range(num_features)) - set(np.concatenate(cols).tolist()))
+    if missed and params.subsets is not None:
+        raise PartitionError(
+            f"partition.subsets: no client observes features {missed} of {name}; "
+            f"add them to some client's subset"
+        )
     if missed:
-        raise ValueError(f"no client observes features {missed}; widen the subsets")
+        raise PartitionError(
+            f"partition.features_per_client={width} with num_clients={num_clients}: no client "
+            f"observes features {missed} of {name}; widen the windows"
+        )
+    return cols
+
+
+def _explicit_columns(
+    subsets: tuple[tuple[int, ...], ...], num_features: int, num_clients: int, name: str
+) -> list[np.ndarray]:
+    """The ``subsets`` as sorted arrays, each checked against the dataset's width."""
+    if len(subsets) != num_clients:
+        raise PartitionError(f"partition.subsets lists {len(subsets)} clients; "
+                             f"num_clients={num_clients}")
+    cols = [np.unique(np.array(s, dtype=np.int64)) for s in subsets]
+    for i, c in enumerate(cols):
+        if len(c) == 0:
+            raise PartitionError(f"partition.subsets[{i}]: empty; every client needs a column")
+        bad = [int(v) for v in c if not 0 <= v < num_features]
+        if bad:
+            raise PartitionError(
+                f"partition.subsets[{i}]: column {bad[0]} is not one of the {num_features} "
+                f"features of {name} (ids 0..{num_features - 1})"
+            )
     return cols
 
 
@@ -83,7 +119,8 @@ def feature_subsets(
     params: FeatureSubsetParams, data: Dataset, num_clients: int, *, seed: int
 ) -> Partition:
     """IID rows; each client observes its own (overlapping) subset of feature columns."""
-    cols = client_columns(params, data.meta.num_features, num_clients, seed)
+    check_clients(data, num_clients)
+    cols = client_columns(params, data.meta.num_features, num_clients, seed, data.meta.name)
     order = np.random.default_rng(derive_seed(seed, "feature_subsets", "rows")).permutation(
         len(data.y_train)
     )

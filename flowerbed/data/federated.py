@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
 from flowerbed.core import registry
 from flowerbed.core.scenario import Scenario
 from flowerbed.core.seeds import derive_seed
+from flowerbed.data import federated_cache
 from flowerbed.data.base import ClientData, Dataset, Partition
+from flowerbed.data.partitioners import check_clients
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,7 @@ class FederatedData:
             meta=ds.meta,
             columns=cols,
             extra={} if domains is None else {"domain": domains[pid]},
+            **_text_rows(ds, tr, te),
         )
 
     def pooled_train(self) -> tuple[np.ndarray, np.ndarray]:
@@ -75,12 +82,33 @@ class FederatedData:
 
         x_train, y_train = stack(self.local_train)
         x_test, y_test = stack(self.local_test)
-        return ClientData(-1, x_train, y_train, x_test, y_test, self.dataset.meta)
+        text = _text_rows(self.dataset, _joined(self.local_train), _joined(self.local_test))
+        return ClientData(-1, x_train, y_train, x_test, y_test, self.dataset.meta, **text)
 
     def _shift(self, pid: int, x: np.ndarray) -> np.ndarray:
         """Apply client ``pid``'s domain transform (if any) to full-width rows."""
         transform = self.partition.transform(pid)
         return x if transform is None or len(x) == 0 else transform(x)
+
+
+def _take(table: tuple[T, ...] | None, rows: Sequence[int] | np.ndarray) -> tuple[T, ...] | None:
+    """Rows ``rows`` of a text side table, in that order (``None`` stays ``None``)."""
+    return None if table is None else tuple(table[int(i)] for i in rows)
+
+
+def _joined(splits: list[np.ndarray]) -> np.ndarray:
+    """Every client's rows, client after client (the order ``pooled_client`` stacks them)."""
+    return np.concatenate(splits) if splits else np.zeros(0, dtype=np.int64)
+
+
+def _text_rows(ds: Dataset, train: np.ndarray, test: np.ndarray) -> dict[str, Any]:
+    """``ClientData`` text fields for local train and test rows (both index ``x_train``)."""
+    return {
+        "text_train": _take(ds.text_train, train),
+        "text_test": _take(ds.text_train, test),
+        "refs_train": _take(ds.refs_train, train),
+        "refs_test": _take(ds.refs_train, test),
+    }
 
 
 def _local_split(
@@ -116,8 +144,26 @@ _CACHE: dict[str, FederatedData] = {}
 def _build(key: str, scenario: Scenario) -> FederatedData:
     if key in _CACHE:
         return _CACHE[key]
+    use_disk = federated_cache.discovered(scenario)
+    disk_key = federated_cache.cache_key(scenario, key) if use_disk else ""
+    stored = federated_cache.read(disk_key) if use_disk else None
+    data = FederatedData(*stored) if stored is not None else _compute(scenario)
+    if use_disk and stored is None and federated_cache.cacheable(data.dataset, data.partition):
+        federated_cache.write(
+            disk_key, data.dataset, data.partition, data.local_train, data.local_test
+        )
+    if len(_CACHE) >= 4:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[key] = data
+    return data
+
+
+def _compute(scenario: Scenario) -> FederatedData:
+    """Build the dataset, partition it and hold out each client's local test rows."""
     seed = scenario.seed
     dataset = registry.build("dataset", scenario.component("dataset"), seed=seed)
+    # Every partitioner needs a row per client; checked here too for those that do not say.
+    check_clients(dataset, scenario.num_clients)
     partition = registry.build(
         "partition", scenario.component("partition"), data=dataset,
         num_clients=scenario.num_clients, seed=seed,
@@ -129,10 +175,4 @@ def _build(key: str, scenario: Scenario) -> FederatedData:
         )
     frac = scenario.clients.local_test_fraction
     splits = [_local_split(ix, frac, seed, pid) for pid, ix in enumerate(partition.indices)]
-    data = FederatedData(
-        dataset, partition, [s[0] for s in splits], [s[1] for s in splits]
-    )
-    if len(_CACHE) >= 4:
-        _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[key] = data
-    return data
+    return FederatedData(dataset, partition, [s[0] for s in splits], [s[1] for s in splits])

@@ -26,6 +26,7 @@ from pydantic import Field
 from flowerbed.core.registry import Params, register
 from flowerbed.core.seeds import rng
 from flowerbed.data.base import Dataset, DatasetMeta, Partition
+from flowerbed.data.partitioners import PartitionError, check_clients
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,13 @@ def fewshot_rows(
 ) -> np.ndarray:
     """``num_shots`` rows of each class among the first ``pool_rows``, without replacement."""
     rows = []
+    among = f" among the first pool_rows={pool_rows}" if pool_rows is not None else ""
     for c in range(num_classes):
         pool = np.flatnonzero(y[:pool_rows] == c)
         if len(pool) < num_shots:
-            raise ValueError(
-                f"fewshot_dirichlet: class {c} has {len(pool)} training rows, "
-                f"num_shots={num_shots} needs {num_shots}"
+            raise PartitionError(
+                f"partition.num_shots={num_shots} needs {num_shots} training rows of each "
+                f"class; class {c} has {len(pool)} training rows{among}"
             )
         rows.append(rng(seed, "fewshot", "shots", c).choice(pool, num_shots, replace=False))
     return np.sort(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
@@ -104,7 +106,13 @@ def fewshot_dirichlet(
     """Few-shot train rows and the test split cut by the same per-class Dirichlet shares."""
     if data.meta.task != "classification":
         raise ValueError("fewshot_dirichlet partitioning needs class labels")
+    check_clients(data, num_clients)
     c = data.meta.num_classes
+    if num_clients > params.num_shots * c:
+        raise PartitionError(
+            f"num_clients={num_clients} exceeds the {params.num_shots * c} few-shot training "
+            f"rows (partition.num_shots={params.num_shots} x {c} classes of {data.meta.name})"
+        )
     shares = class_shares(c, num_clients, params.alpha, seed)
     shots = fewshot_rows(data.y_train, c, params.num_shots, seed, params.pool_rows)
     train = split_by_shares(data.y_train, shots, shares, seed, "train")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import numpy as np
@@ -10,6 +11,40 @@ from pydantic import Field
 from flowerbed.core.registry import Params, register
 from flowerbed.core.seeds import derive_seed
 from flowerbed.data.base import Dataset, Partition
+
+
+class PartitionError(ValueError):
+    """A partition the data cannot give: one line naming the scenario field and the limit."""
+
+
+def check_clients(data: Dataset, num_clients: int) -> None:
+    """Refuse more clients than training rows (each client needs one).
+
+    Examples
+    --------
+    >>> from flowerbed.data.base import DatasetMeta
+    >>> tiny = Dataset(np.zeros((3, 1)), np.zeros(3), np.zeros((1, 1)), np.zeros(1),
+    ...                DatasetMeta("tiny", "regression", 1))
+    >>> check_clients(tiny, 4)
+    Traceback (most recent call last):
+    ...
+    flowerbed.data.partitioners.PartitionError: num_clients=4 exceeds the 3 training rows of tiny
+    """
+    n = len(data.y_train)
+    if num_clients > n:
+        raise PartitionError(
+            f"num_clients={num_clients} exceeds the {n} training rows of {data.meta.name}"
+        )
+
+
+def check_budget(data: Dataset, num_clients: int, field: str, per_client: int) -> None:
+    """Refuse ``partition.<field>`` rows for every client when the data has fewer in all."""
+    need, n = per_client * num_clients, len(data.y_train)
+    if need > n:
+        raise PartitionError(
+            f"partition.{field}={per_client} x num_clients={num_clients} needs {need} "
+            f"training rows; {data.meta.name} has {n}"
+        )
 
 
 def _flwr_partition(partitioner: object, labels: np.ndarray, num_clients: int) -> Partition:
@@ -35,6 +70,7 @@ def iid(params: IidParams, data: Dataset, num_clients: int, *, seed: int) -> Par
     from flwr_datasets.partitioner import IidPartitioner
 
     del params
+    check_clients(data, num_clients)
     # IidPartitioner cuts contiguous shards, so shuffle first with our own seed.
     order = np.random.default_rng(derive_seed(seed, "iid")).permutation(len(data.y_train))
     part = _flwr_partition(IidPartitioner(num_partitions=num_clients), order, num_clients)
@@ -58,6 +94,8 @@ def dirichlet(
 
     if data.meta.task != "classification":
         raise ValueError("dirichlet partitioning needs class labels; use iid for regression")
+    check_clients(data, num_clients)
+    check_budget(data, num_clients, "min_partition_size", params.min_partition_size)
     partitioner = DirichletPartitioner(
         num_partitions=num_clients,
         partition_by="label",
@@ -66,7 +104,18 @@ def dirichlet(
         self_balancing=params.self_balancing,
         seed=derive_seed(seed, "dirichlet") % 2**32,
     )
-    return _flwr_partition(partitioner, data.y_train, num_clients)
+    try:
+        return _flwr_partition(partitioner, data.y_train, num_clients)
+    except ValueError as exc:
+        if "max number of attempts" not in str(exc):
+            raise PartitionError(f"partition dirichlet, num_clients={num_clients}: {exc}") from None
+        # Possible in total, but flwr-datasets' 10 draws all left a client short.
+        raise PartitionError(
+            f"partition.min_partition_size={params.min_partition_size}: 10 draws of "
+            f"Dirichlet(partition.alpha={params.alpha:g}) each left one of the "
+            f"num_clients={num_clients} clients with fewer of the {len(data.y_train)} training "
+            f"rows of {data.meta.name}; lower min_partition_size or num_clients, or raise alpha"
+        ) from None
 
 
 def _needs_labels(data: Dataset, name: str) -> None:
@@ -96,14 +145,48 @@ def pathological(
     from flwr_datasets.partitioner import PathologicalPartitioner
 
     _needs_labels(data, "pathological")
+    check_clients(data, num_clients)
+    k, present = params.num_classes_per_partition, np.unique(data.y_train)
+    if k > len(present):
+        where = "" if len(present) == data.meta.num_classes else " present in its training rows"
+        raise PartitionError(
+            f"partition.num_classes_per_partition={k} exceeds the {len(present)} classes "
+            f"of {data.meta.name}{where}"
+        )
     partitioner = PathologicalPartitioner(
         num_partitions=num_clients,
         partition_by="label",
-        num_classes_per_partition=params.num_classes_per_partition,
+        num_classes_per_partition=k,
         class_assignment_mode=params.class_assignment_mode,
         seed=derive_seed(seed, "pathological") % 2**32,
     )
-    return _flwr_partition(partitioner, data.y_train, num_clients)
+    try:
+        return _flwr_partition(partitioner, data.y_train, num_clients)
+    except ValueError as exc:
+        raise _pathological_error(params, data, num_clients, exc) from None
+
+
+#: flwr-datasets' words for a class given to more clients than it has rows.
+_OVERUSED = re.compile(r"Label: (\S+) is needed to be assigned to more partitions \((\d+)\)"
+                       r".*in the dataset \((\d+)\)", re.DOTALL)
+
+
+def _pathological_error(
+    params: PathologicalParams, data: Dataset, num_clients: int, exc: ValueError
+) -> PartitionError:
+    """flwr-datasets' refusal in the scenario's terms (its fields, the class's name)."""
+    found = _OVERUSED.search(str(exc))
+    if found is None:
+        return PartitionError(f"partition pathological, num_clients={num_clients}: {exc}")
+    label, clients, rows = found.groups()
+    names = data.meta.class_names
+    name = names[int(label)] if label.isdigit() and int(label) < len(names) else label
+    return PartitionError(
+        f"partition.num_classes_per_partition={params.num_classes_per_partition} with "
+        f"num_clients={num_clients}: class {name} would go to {clients} clients but has "
+        f"{rows} training rows; lower num_clients or num_classes_per_partition "
+        f"(class_assignment_mode: deterministic spreads classes evenly)"
+    )
 
 
 class ShardParams(Params):
@@ -119,6 +202,8 @@ def shard(params: ShardParams, data: Dataset, num_clients: int, *, seed: int) ->
     from flwr_datasets.partitioner import ShardPartitioner
 
     _needs_labels(data, "shard")
+    check_clients(data, num_clients)
+    _check_shards(params, data, num_clients)
     partitioner = ShardPartitioner(
         num_partitions=num_clients,
         partition_by="label",
@@ -127,6 +212,23 @@ def shard(params: ShardParams, data: Dataset, num_clients: int, *, seed: int) ->
         seed=derive_seed(seed, "shard") % 2**32,
     )
     return _flwr_partition(partitioner, data.y_train, num_clients)
+
+
+def _check_shards(params: ShardParams, data: Dataset, num_clients: int) -> None:
+    """Every client's shards must exist: at least one row each, ``shard_size`` if given."""
+    shards, n = params.num_shards_per_partition * num_clients, len(data.y_train)
+    s = params.num_shards_per_partition
+    if params.shard_size is None and shards > n:
+        raise PartitionError(
+            f"partition.num_shards_per_partition={s} x num_clients={num_clients} = {shards} "
+            f"shards, more than the {n} training rows of {data.meta.name}; lower either"
+        )
+    if params.shard_size is not None and shards * params.shard_size > n:
+        raise PartitionError(
+            f"partition.shard_size={params.shard_size} x num_shards_per_partition={s} x "
+            f"num_clients={num_clients} needs {shards * params.shard_size} training rows; "
+            f"{data.meta.name} has {n}"
+        )
 
 
 class NaturalIdParams(Params):
@@ -150,8 +252,9 @@ def natural_id(
     groups = np.asarray([str(g) for g in data.groups_train])
     ids = sorted(set(groups.tolist()))
     if len(ids) != num_clients:
-        raise ValueError(
-            f"dataset {data.meta.name!r} has {len(ids)} natural ids; set num_clients: {len(ids)}"
+        raise PartitionError(
+            f"num_clients={num_clients} but dataset {data.meta.name!r} has {len(ids)} natural "
+            f"ids (one client each); set num_clients: {len(ids)}"
         )
     partitioner = NaturalIdPartitioner(partition_by="group")
     partitioner.dataset = HFDataset.from_dict({"group": groups, "row": np.arange(len(groups))})
@@ -177,13 +280,15 @@ def size_skew(params: SizeSkewParams, data: Dataset, num_clients: int, *, seed: 
         "square": fp.SquarePartitioner,
         "exponential": fp.ExponentialPartitioner,
     }[params.law]
+    check_clients(data, num_clients)
     try:
         return _shuffled(cls(num_partitions=num_clients), len(data.y_train), num_clients,
                          seed, "size_skew")
-    except ValueError as exc:
-        raise ValueError(
-            f"size_skew law={params.law}: {len(data.y_train)} rows cannot give "
-            f"{num_clients} clients at least one example each ({exc})"
+    except ValueError:
+        raise PartitionError(
+            f"partition.law={params.law} with num_clients={num_clients}: the smallest "
+            f"client's share of the {len(data.y_train)} training rows of {data.meta.name} "
+            f"rounds to no row; lower num_clients or use a flatter law"
         ) from None
 
 
@@ -234,6 +339,8 @@ def quantity_skew(
     params: QuantitySkewParams, data: Dataset, num_clients: int, *, seed: int
 ) -> Partition:
     """Quantity skew: log-normal or power-law client sizes, rows assigned at random."""
+    check_clients(data, num_clients)
+    check_budget(data, num_clients, "min_size", params.min_size)
     n = len(data.y_train)
     sizes = allocate(n, quantity_weights(params, num_clients, seed), params.min_size)
     order = np.random.default_rng(derive_seed(seed, "quantity_skew", "rows")).permutation(n)

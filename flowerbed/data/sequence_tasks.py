@@ -26,7 +26,7 @@ import itertools
 import numpy as np
 from pydantic import Field, model_validator
 
-from flowerbed.core.registry import Params, register
+from flowerbed.core.registry import FEATURES, TOKENS, Params, register
 from flowerbed.core.seeds import rng
 from flowerbed.data.base import Dataset, DatasetMeta
 
@@ -99,7 +99,9 @@ def sample(
     return x.astype(np.float32), y.astype(np.int64)
 
 
-@register("dataset", "multiscale_majority", params=MultiscaleMajorityParams)
+# Token ids stored as float rows: a transformer embeds them, an MLP reads them as numbers.
+@register("dataset", "multiscale_majority", params=MultiscaleMajorityParams,
+          provides=(TOKENS, FEATURES))
 def multiscale_majority(params: MultiscaleMajorityParams, *, seed: int) -> Dataset:
     """Token sequences; label = majority symbol of the ring (offset range) the query names."""
     x_tr, y_tr = sample(params, params.n_train, seed, "train")

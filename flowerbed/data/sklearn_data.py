@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 from pydantic import Field
-from sklearn import datasets as skd
-from sklearn.model_selection import train_test_split
 
 from flowerbed.core.registry import Params, register
 from flowerbed.core.seeds import derive_seed
@@ -32,6 +28,9 @@ def split_rows(
     >>> len(tr), len(te), sorted(np.concatenate([tr, te]).tolist()) == list(range(8))
     (6, 2, True)
     """
+    # scikit-learn only when data is built: validating a scenario must stay light.
+    from sklearn.model_selection import train_test_split
+
     stratify = None
     if y is not None and np.unique(y, return_counts=True)[1].min() >= 2:
         stratify = y
@@ -63,13 +62,18 @@ def split_and_scale(
 
 
 def _bundled(
-    loader: Callable[[], object],
+    loader: str,
     params: SplitParams,
     seed: int,
     meta: dict[str, object],
 ) -> Dataset:
-    """Split a scikit-learn ``Bunch`` and attach metadata (``meta`` = DatasetMeta fields)."""
-    bunch = loader()
+    """Split the ``Bunch`` of ``sklearn.datasets.<loader>()`` and attach metadata.
+
+    ``meta`` holds the remaining :class:`DatasetMeta` fields.
+    """
+    from sklearn import datasets as skd
+
+    bunch = getattr(skd, loader)()
     task: Task = meta["task"]  # type: ignore[assignment]
     classify = task == "classification"
     y = bunch.target.astype(np.int64 if classify else np.float64)  # type: ignore[attr-defined]
@@ -90,7 +94,7 @@ def _bundled(
 @register("dataset", "digits", params=SplitParams)
 def digits(params: SplitParams, *, seed: int) -> Dataset:
     """Handwritten digits 8x8 (1,797 images, 10 classes), bundled with scikit-learn."""
-    return _bundled(skd.load_digits, params, seed, {
+    return _bundled("load_digits", params, seed, {
         "name": "digits", "task": "classification", "input_shape": (8, 8),
         "source": "scikit-learn load_digits (UCI optical recognition of handwritten digits)",
         "license": "CC BY 4.0",
@@ -100,7 +104,7 @@ def digits(params: SplitParams, *, seed: int) -> Dataset:
 @register("dataset", "breast_cancer", params=SplitParams)
 def breast_cancer(params: SplitParams, *, seed: int) -> Dataset:
     """Breast Cancer Wisconsin diagnostic (569 x 30, malignant/benign), from scikit-learn."""
-    return _bundled(skd.load_breast_cancer, params, seed, {
+    return _bundled("load_breast_cancer", params, seed, {
         "name": "breast_cancer", "task": "classification",
         "source": "scikit-learn load_breast_cancer (UCI Breast Cancer Wisconsin, Diagnostic)",
         "license": "CC BY 4.0",
@@ -110,7 +114,7 @@ def breast_cancer(params: SplitParams, *, seed: int) -> Dataset:
 @register("dataset", "wine", params=SplitParams)
 def wine(params: SplitParams, *, seed: int) -> Dataset:
     """Wine recognition (178 x 13 chemical measurements, 3 cultivars), from scikit-learn."""
-    return _bundled(skd.load_wine, params, seed, {
+    return _bundled("load_wine", params, seed, {
         "name": "wine", "task": "classification",
         "source": "scikit-learn load_wine (UCI Wine)", "license": "CC BY 4.0",
     })
@@ -119,7 +123,7 @@ def wine(params: SplitParams, *, seed: int) -> Dataset:
 @register("dataset", "iris", params=SplitParams)
 def iris(params: SplitParams, *, seed: int) -> Dataset:
     """Fisher's iris (150 x 4, 3 species), from scikit-learn."""
-    return _bundled(skd.load_iris, params, seed, {
+    return _bundled("load_iris", params, seed, {
         "name": "iris", "task": "classification",
         "source": "scikit-learn load_iris (Fisher 1936, UCI Iris)", "license": "CC BY 4.0",
     })
@@ -128,7 +132,7 @@ def iris(params: SplitParams, *, seed: int) -> Dataset:
 @register("dataset", "diabetes", params=SplitParams)
 def diabetes(params: SplitParams, *, seed: int) -> Dataset:
     """Diabetes progression regression (442 x 10, Efron et al. 2004), from scikit-learn."""
-    return _bundled(skd.load_diabetes, params, seed, {
+    return _bundled("load_diabetes", params, seed, {
         "name": "diabetes", "task": "regression",
         "source": "scikit-learn load_diabetes (Efron, Hastie, Johnstone, Tibshirani 2004)",
         "license": "BSD-3-Clause (as distributed with scikit-learn)",

@@ -20,7 +20,6 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field, model_validator
-from scipy import stats
 
 from flowerbed.core.registry import Params, register
 from flowerbed.core.seeds import derive_seed
@@ -83,6 +82,9 @@ def scale_slopes(params: SyntheticQuantileParams) -> np.ndarray:
 
 def noise_quantile(params: SyntheticQuantileParams, taus: np.ndarray) -> np.ndarray:
     """``F_eps^-1(tau)`` of the standard noise."""
+    # scipy only when quantiles are computed: validating a scenario must stay light.
+    from scipy import stats
+
     taus = np.asarray(taus, dtype=np.float64)
     return stats.t.ppf(taus, params.df) if params.noise == "t" else stats.norm.ppf(taus)
 
@@ -97,6 +99,8 @@ def true_quantile_coefficients(params: SyntheticQuantileParams, taus: np.ndarray
 
 def nonlinear_mass(params: SyntheticQuantileParams) -> float:
     """Probability that the scale floor binds (where ``Q_tau`` is not linear)."""
+    from scipy import stats
+
     h = scale_slopes(params)
     sd = float(np.sqrt(h @ design_cov(params) @ h))
     return 0.0 if sd == 0 else float(stats.norm.cdf((1e-3 - 1.0) / sd))

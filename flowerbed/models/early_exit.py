@@ -16,23 +16,28 @@ head), ``accuracy_full``, ``accuracy_exit<k>`` (head after block k on every inpu
 ``exit_fraction``, ``exit_disagreement`` (early-exit prediction differs from the
 full model's: the excess error of the theory) and ``compute_fraction`` (mean
 multiply-accumulates per input over those of the same MLP without exit heads).
+
+The torch modules, ``EarlyExitMLP`` and ``MultiExitLoss``, are in
+:mod:`flowerbed.models.early_exit_nets`; this module holds what a scenario's
+validation needs (the params) and the registered build function.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import torch
-from pydantic import Field, model_validator
-from torch import nn
-from torch.nn import functional as F
+from typing import TYPE_CHECKING
 
-from flowerbed.core.registry import Params, register
+from pydantic import Field, PositiveInt, model_validator
+
+from flowerbed.core.registry import FEATURES, Params, register
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class EarlyExitMLPParams(Params):
     """ReLU MLP with a linear exit head after some hidden blocks."""
 
-    hidden: tuple[int, ...] = Field(
+    hidden: tuple[PositiveInt, ...] = Field(
         (64, 256, 256), min_length=2, description="width of each hidden block"
     )
     exits: tuple[int, ...] = Field(
@@ -52,60 +57,10 @@ class EarlyExitMLPParams(Params):
         return self
 
 
-class EarlyExitMLP(nn.Module):
-    """Linear-ReLU blocks, exit heads after ``exits`` and a final head.
-
-    ``forward`` returns the final logits ``(batch, classes)``, or, when
-    ``all_exits`` is set, the logits of every head stacked ``(heads, batch,
-    classes)``, shallowest first and the final head last.
-    """
-
-    def __init__(
-        self, in_features: int, hidden: tuple[int, ...], exits: tuple[int, ...], out: int
-    ) -> None:
-        super().__init__()
-        widths = (in_features, *hidden)
-        self.blocks = nn.ModuleList(
-            nn.Sequential(nn.Linear(widths[i], widths[i + 1]), nn.ReLU())
-            for i in range(len(hidden))
-        )
-        self.heads = nn.ModuleList(nn.Linear(hidden[k - 1], out) for k in exits)
-        self.head = nn.Linear(hidden[-1], out)
-        self.exits = tuple(exits)
-        self.all_exits = False
-        blocks = np.cumsum([widths[i] * widths[i + 1] for i in range(len(hidden))])
-        head_macs = np.cumsum([hidden[k - 1] * out for k in exits])
-        #: Multiply-accumulates of an input leaving at each head (earlier heads included).
-        self.exit_macs = [int(blocks[k - 1] + head_macs[j]) for j, k in enumerate(exits)]
-        self.exit_macs.append(int(blocks[-1] + head_macs[-1] + hidden[-1] * out))
-        #: Multiply-accumulates of the same MLP without exit heads.
-        self.base_macs = int(blocks[-1] + hidden[-1] * out)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Final logits, or every head's logits stacked when ``all_exits``."""
-        outs = []
-        for i, block in enumerate(self.blocks, start=1):
-            x = block(x)
-            if self.all_exits and i in self.exits:
-                outs.append(self.heads[self.exits.index(i)](x))
-        final = self.head(x)
-        return torch.stack([*outs, final]) if self.all_exits else final
-
-
-@register("model", "early_exit_mlp", params=EarlyExitMLPParams)
+@register("model", "early_exit_mlp", params=EarlyExitMLPParams, requires=(FEATURES,))
 def early_exit_mlp(params: EarlyExitMLPParams, *, in_features: int, out_features: int) -> nn.Module:
     """MLP with early-exit heads (train it with learner ``sgd_early_exit``)."""
+    # The network lives apart so that validating a scenario never imports torch.
+    from flowerbed.models.early_exit_nets import EarlyExitMLP
+
     return EarlyExitMLP(in_features, params.hidden, params.exits, out_features)
-
-
-class MultiExitLoss(nn.Module):
-    """``sum_k weight_k * CE(logits_k, y)`` over stacked ``(heads, batch, classes)`` logits."""
-
-    def __init__(self, weights: list[float]) -> None:
-        super().__init__()
-        self.weights = weights
-
-    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Weighted sum of the heads' cross-entropies."""
-        losses = [w * F.cross_entropy(z, target) for w, z in zip(self.weights, logits, strict=True)]
-        return torch.stack(losses).sum()

@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-from torch import nn
+from typing import TYPE_CHECKING
 
-from flowerbed.core.registry import Params, register
+from pydantic import Field, PositiveInt
+
+from flowerbed.core.registry import FEATURES, Params, register
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class MLPParams(Params):
     """Fully connected network with ReLU activations."""
 
-    hidden: tuple[int, ...] = Field((64,), description="width of each hidden layer")
+    hidden: tuple[PositiveInt, ...] = Field(
+        (64,), min_length=1, description="width of each hidden layer (model linear has none)"
+    )
     dropout: float = Field(0.0, ge=0, lt=1)
 
 
-@register("model", "mlp", params=MLPParams)
+@register("model", "mlp", params=MLPParams, requires=(FEATURES,))
 def mlp(params: MLPParams, *, in_features: int, out_features: int) -> nn.Module:
     """Multi-layer perceptron: Linear-ReLU blocks then a linear head."""
+    # torch only when a model is built: validating a scenario must stay light.
+    from torch import nn
+
     layers: list[nn.Module] = []
     width = in_features
     for h in params.hidden:
@@ -33,8 +42,10 @@ class LinearParams(Params):
     """No parameters: a single affine map (logistic / linear regression)."""
 
 
-@register("model", "linear", params=LinearParams)
+@register("model", "linear", params=LinearParams, requires=(FEATURES,))
 def linear(params: LinearParams, *, in_features: int, out_features: int) -> nn.Module:
     """A single linear layer (multinomial logistic regression for classification)."""
+    from torch import nn
+
     del params
     return nn.Linear(in_features, out_features)

@@ -21,16 +21,17 @@ import logging
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
 from pydantic import Field
-from torch.nn import functional as F
 
 from flowerbed.core.registry import Params, register
 from flowerbed.data.base import DatasetMeta
 from flowerbed.models.vlm import VisionLanguageModel, VlmParams, file_identity
+
+if TYPE_CHECKING:
+    import torch
 
 INSTALL_HINT = "pip install open_clip_torch (or pip install 'flowerbed[vlm]')"
 TINY_NAME = "flowerbed-tiny"
@@ -162,6 +163,9 @@ class OpenClipVLM(VisionLanguageModel):
     """Any open_clip architecture, weights from a local checkpoint (never downloaded)."""
 
     def __init__(self, params: Params) -> None:
+        # torch only once the model is built: validating a scenario must stay light.
+        import torch
+
         super().__init__(params)
         p: OpenClipParams = params  # type: ignore[assignment]
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if p.device == "auto" \
@@ -200,6 +204,9 @@ class OpenClipVLM(VisionLanguageModel):
 
     def encode_images_uncached(self, x: np.ndarray, meta: DatasetMeta) -> np.ndarray:
         """Images resized to the model's size, CLIP-normalised, through the image tower."""
+        import torch
+        from torch.nn import functional as F
+
         from flowerbed.models.encoders import to_image_batch
 
         p: OpenClipParams = self.params  # type: ignore[assignment]
@@ -215,6 +222,9 @@ class OpenClipVLM(VisionLanguageModel):
 
     def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
         """Tokenised texts through the text tower, unit norm."""
+        import torch
+        from torch.nn import functional as F
+
         with torch.no_grad():
             tokens = self.tokenizer(list(texts)).to(self.device)
             out = F.normalize(self.model.encode_text(tokens).float(), dim=-1)
@@ -222,6 +232,8 @@ class OpenClipVLM(VisionLanguageModel):
 
     def init_context(self, n_ctx: int, seed: int) -> Any:
         """CoOp's random init: ``N(0, 0.02^2)`` vectors of the token-embedding width."""
+        import torch
+
         gen = torch.Generator().manual_seed(seed % 2**63)
         return 0.02 * torch.randn(n_ctx, self.context_dim, generator=gen)
 
@@ -234,6 +246,9 @@ class OpenClipVLM(VisionLanguageModel):
 
     def prompt_text_features(self, context: Any, class_names: Sequence[str]) -> Any:
         """``[SOT] ctx <name> . [EOT]`` through the text transformer; grads reach ``ctx``."""
+        import torch
+        from torch.nn import functional as F
+
         text = _text_parts(self.model)
         n_ctx = context.shape[0]
         placeholder = " ".join(["X"] * n_ctx)

@@ -10,7 +10,8 @@ paired with captions drawn from varied templates and class synonyms. The towers'
 features are computed once (and cached), so training the heads takes seconds.
 The trained heads live in one file under ``cache_dir()``, keyed by a hash of the
 pre-training parameters; ``flowerbed pretrain two_tower`` builds it, and using
-the model builds it on first use.
+the model builds it on first use. The heads' torch modules are in
+:mod:`flowerbed.models.two_tower_heads`, imported only to train or load them.
 
 Prompt tuning (CoOp, Zhou et al., 2022, arXiv 2109.01134) feeds
 ``[CLS] ctx_1..ctx_n <class name> . [SEP]`` word embeddings straight into MiniLM.
@@ -23,20 +24,11 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from pydantic import Field
-from torch import nn
-from torch.nn import functional as F
 
-from flowerbed.algorithms.clip_loss import (
-    CLIP_INIT_LOGIT_SCALE,
-    CLIP_MAX_LOGIT_SCALE,
-    clamp_log_scale,
-    clip_loss,
-)
 from flowerbed.core.artefacts import PretrainTarget, ensure_artefact
 from flowerbed.core.cache import cached_file
 from flowerbed.core.registry import Params, register
@@ -59,6 +51,11 @@ from flowerbed.models.vlm import (
     params_hash,
     save_atomic,
 )
+
+if TYPE_CHECKING:
+    import torch
+
+    from flowerbed.models.two_tower_heads import Heads
 
 logger = logging.getLogger("flowerbed.vlm.two_tower")
 
@@ -106,36 +103,6 @@ class TwoTowerParams(VlmParams):
     batch_size: int = Field(64, ge=1, description="images per encoder forward pass")
 
 
-class Heads(nn.Module):
-    """Projection heads (with the image-feature standardisation) and the logit scale."""
-
-    image_mean: torch.Tensor
-    image_std: torch.Tensor
-
-    def __init__(self, dim: int, hidden: int) -> None:
-        super().__init__()
-        self.image = _head(IMAGE_DIM, dim, hidden)
-        self.text = _head(TEXT_DIM, dim, hidden)
-        self.log_scale = nn.Parameter(torch.tensor(float(np.log(CLIP_INIT_LOGIT_SCALE))))
-        self.register_buffer("image_mean", torch.zeros(IMAGE_DIM))
-        self.register_buffer("image_std", torch.ones(IMAGE_DIM))
-
-    def embed_image(self, feats: torch.Tensor) -> torch.Tensor:
-        """Unit-norm joint embedding of EfficientNet features."""
-        z = (feats - self.image_mean) / self.image_std
-        return F.normalize(self.image(z), dim=-1)
-
-    def embed_text(self, feats: torch.Tensor) -> torch.Tensor:
-        """Unit-norm joint embedding of MiniLM sentence embeddings."""
-        return F.normalize(self.text(feats), dim=-1)
-
-
-def _head(cin: int, dim: int, hidden: int) -> nn.Module:
-    if hidden == 0:
-        return nn.Linear(cin, dim)
-    return nn.Sequential(nn.Linear(cin, hidden), nn.GELU(), nn.Linear(hidden, dim))
-
-
 # --- the frozen towers ---------------------------------------------------------------------
 
 
@@ -174,6 +141,12 @@ def train_heads(
     cap_y: np.ndarray,
 ) -> Heads:
     """Fit the heads on frozen features: image rows ``img`` (labels ``y``) against captions."""
+    # torch only when heads are trained or used: validating a scenario must stay light.
+    import torch
+
+    from flowerbed.algorithms.clip_loss import CLIP_MAX_LOGIT_SCALE, clamp_log_scale, clip_loss
+    from flowerbed.models.two_tower_heads import Heads
+
     with torch.random.fork_rng():
         torch.manual_seed(derive_seed(p.seed, "two_tower", "init") % 2**63)
         heads = Heads(p.dim, p.hidden)
@@ -216,6 +189,8 @@ def zero_shot_metrics(
     heads: Heads, img: np.ndarray, y: np.ndarray, holdout: Sequence[str]
 ) -> dict[str, float]:
     """Zero-shot accuracy (all, seen, unseen classes) with the default class prompts."""
+    import torch
+
     with torch.no_grad():
         f = heads.embed_image(torch.as_tensor(img))
         t = heads.embed_text(text_tower_features(
@@ -231,6 +206,8 @@ def zero_shot_metrics(
 
 def pretrain(p: TwoTowerPretrainParams, out: Path) -> dict[str, float]:
     """Encode the pre-training slice, train the heads, write the artefact, return metrics."""
+    import torch
+
     unknown = [c for c in p.holdout_classes if c not in FASHION_CLASSES]
     if unknown:
         raise ValueError(f"two_tower: holdout_classes {unknown} are not Fashion-MNIST classes "
@@ -276,6 +253,10 @@ PRETRAIN_TARGET = PretrainTarget(
 @functools.cache
 def load_heads(path: str) -> tuple[Heads, dict[str, Any]]:
     """Heads from an artefact file (frozen, eval mode) and the file's recorded params."""
+    import torch
+
+    from flowerbed.models.two_tower_heads import Heads
+
     if not Path(path).is_file():
         raise FileNotFoundError(f"two_tower: heads file {path} not found "
                                 "(build it with: flowerbed pretrain two_tower --output PATH)")
@@ -316,6 +297,8 @@ class TwoTowerVLM(VisionLanguageModel):
 
     def encode_images_uncached(self, x: np.ndarray, meta: DatasetMeta) -> np.ndarray:
         """EfficientNet-Lite0 features through the image head, unit norm."""
+        import torch
+
         p: TwoTowerParams = self.params  # type: ignore[assignment]
         feats = image_tower_features(x, meta, self.recipe.image_size, p.batch_size)
         with torch.no_grad():
@@ -324,17 +307,23 @@ class TwoTowerVLM(VisionLanguageModel):
 
     def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
         """MiniLM sentence embeddings through the text head, unit norm."""
+        import torch
+
         with torch.no_grad():
             out: np.ndarray = self.heads.embed_text(text_tower_features(texts)).numpy()
         return out.astype(np.float32)
 
     def init_context(self, n_ctx: int, seed: int) -> Any:
         """CoOp's random init: ``N(0, 0.02^2)`` vectors of MiniLM's word-embedding width."""
+        import torch
+
         gen = torch.Generator().manual_seed(seed % 2**63)
         return 0.02 * torch.randn(n_ctx, self.context_dim, generator=gen)
 
     def context_from_text(self, text: str) -> Any:
         """MiniLM word embeddings of ``text`` (no special tokens)."""
+        import torch
+
         from flowerbed.models.minilm import load_sentence_encoder
 
         enc = load_sentence_encoder()
@@ -342,6 +331,8 @@ class TwoTowerVLM(VisionLanguageModel):
 
     def prompt_text_features(self, context: Any, class_names: Sequence[str]) -> Any:
         """``[CLS] ctx <name> . [SEP]`` through MiniLM and the text head; grads reach ``ctx``."""
+        import torch
+
         from flowerbed.models.minilm import load_sentence_encoder
 
         enc = load_sentence_encoder()

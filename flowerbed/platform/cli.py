@@ -1,4 +1,9 @@
-"""``flowerbed`` command line: run, validate, list."""
+"""``flowerbed`` command line: run, validate, list.
+
+Exit status of every command: 0 done, 1 a run failed (its partial results
+are kept), 2 bad input (an invalid scenario, an unusable path: nothing ran),
+130 interrupted with Ctrl-C (finished rounds are kept).
+"""
 
 from __future__ import annotations
 
@@ -44,16 +49,27 @@ def add_set_option(
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Validate scenario files; print every problem with its YAML path."""
+    """Validate scenario files; print every problem with its YAML path.
+
+    Exit status 1 when a scenario is invalid, 2 when a file (or the output
+    folder a run would write to) cannot be used; every file is checked.
+    """
     from flowerbed.core.scenario import load_scenario
+    from flowerbed.platform.results import InputPathError, check_output_dir, check_scenario_file
 
     status = 0
     for path in args.files:
         try:
+            check_scenario_file(path)
             scenario = load_scenario(path, args.overrides)
+            check_output_dir(scenario.output_dir, create=False)
+        except InputPathError as exc:
+            print(exc, file=sys.stderr)
+            status = 2
+            continue
         except ScenarioError as exc:
             print(exc, file=sys.stderr)
-            status = 1
+            status = max(status, 1)
             continue
         print(f"{path}: ok ({scenario.name}, digest {scenario.digest()})")
         if args.show:
@@ -71,6 +87,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.kind and args.kind not in registry.KINDS:
         print(f"unknown kind {args.kind!r}; known: {', '.join(registry.KINDS)}", file=sys.stderr)
         return 2
+    if args.name:
+        return list_parameters(args.kind, args.name)
     table = Table("kind", "name", "from", "description")
     for kind in kinds:
         for entry in registry.entries(kind):
@@ -81,6 +99,37 @@ def cmd_list(args: argparse.Namespace) -> int:
             )
     Console().print(table)
     return 0
+
+
+def list_parameters(kind: str, name: str) -> int:
+    """Print one component's parameters: type, default and description, as YAML writes them."""
+    from flowerbed.core import registry
+
+    try:
+        entry = registry.get(kind, name)
+    except KeyError as exc:  # UnknownComponentError: one line naming the known names
+        print(str(exc).strip("'\""), file=sys.stderr)
+        return 2
+    table = Table("parameter", "type", "default", "description", title=f"{kind} {name}")
+    for field, info in entry.params.model_fields.items():
+        if field == "name":  # the tag itself, added by the registry
+            continue
+        default = "(required)" if info.is_required() else repr(info.get_default(
+            call_default_factory=True))
+        table.add_row(field, _type_name(info.annotation), default, info.description or "")
+    console = Console()
+    console.print(f"{kind} {name}: {entry.summary}")
+    if len(table.rows):
+        console.print(table)
+    else:
+        console.print("no parameters")
+    return 0
+
+
+def _type_name(annotation: Any) -> str:
+    """``float``, ``Literal['sgd', 'adam']``, ``tuple[int, ...]``: a type as a user reads it."""
+    text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
+    return text or str(annotation).replace("typing.", "")
 
 
 def read_yaml_raw(path: str) -> Any:
@@ -94,26 +143,19 @@ def read_yaml_raw(path: str) -> Any:
         return None
 
 
-def summary_table(summary: dict[str, Any], full: dict[str, str]) -> Table:
-    """Federated vs baselines, one row per source, the scenario's summary metrics as columns.
-
-    ``full`` maps each column name to its metric key (``MetricsConfig.summary_keys``).
-    """
-    results: dict[str, dict[str, float]] = summary["results"]
-    present = [k for k in full if any(full[k] in m for m in results.values())]
-    table = Table("", *present, title=f"{summary['scenario']} (seed {summary['seed']})")
-    for source, metrics in results.items():
-        cells = [f"{metrics[full[k]]:.4f}" if full[k] in metrics else "-" for k in present]
-        table.add_row(source, *cells)
-    return table
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one scenario; print the summary table and the run folder."""
     from flowerbed.core.scenario import load_scenario
+    from flowerbed.platform.progress import RunClock, process_started
+    from flowerbed.platform.results import check_output_dir
     from flowerbed.platform.runner import RunError, run
 
-    scenario = load_scenario(args.file, args.overrides)
+    # Wall time counts from the process start: interpreter start-up and imports too.
+    clock = RunClock(process_started())
+    clock.add("startup", clock.elapsed())
+    with clock.phase("validate"):
+        scenario = load_scenario(args.file, args.overrides)
+        check_output_dir(args.output_dir or scenario.output_dir, create=True)
     if "sweep" in (read_yaml_raw(args.file) or {}):
         print(
             f"note: {args.file} has a sweep block; `flowerbed run` runs the base scenario "
@@ -121,57 +163,158 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     try:
-        result = run(scenario, output_dir=args.output_dir, progress=not args.quiet)
+        result = run(scenario, output_dir=args.output_dir, progress=not args.quiet, clock=clock)
     except RunError as exc:
-        print(f"run failed: {exc}", file=sys.stderr)
+        print(f"run failed: {one_line(str(exc))}", file=sys.stderr)
         return 1
-    console = Console()
-    console.print()
-    console.print(summary_table(result.summary, scenario.metrics.summary_keys()))
-    console.print(f"wall time {result.summary['wall_time_s']:.1f} s · results in {result.run_dir}")
+    print_summary(result, scenario.metrics.summary_keys(), args.format)
     return 0
+
+
+def print_summary(result: Any, columns: dict[str, str], fmt: str) -> None:
+    """The run's summary on stdout in ``fmt``; with a machine format, the rest on stderr."""
+    from flowerbed.platform.report.summary_table import render, run_grid
+
+    table = fmt == "table"
+    if table:
+        print()
+    print(render(run_grid(result.summary, columns, result.rows), fmt))
+    where = f"wall time {result.summary['wall_time_s']:.1f} s · results in {result.run_dir}"
+    print(where, file=sys.stdout if table else sys.stderr)
+
+
+def one_line(message: str) -> str:
+    """A message's first line, noting that the rest is in the run's ``run.log``."""
+    lines = [ln for ln in message.splitlines() if ln.strip()]
+    if len(lines) <= 1:
+        return message.strip()
+    return f"{lines[0].strip()} (the rest of the message is in run.log)"
+
+
+RUN_DESCRIPTION = (
+    "Run one scenario end to end: validate it with its --set overrides, check its output "
+    "folder and the resources it asks for, build the federated data, then run the strategy "
+    "on the scenario's engine (inline, simulation on Ray, or a Flower deployment) and the "
+    "baselines, with a live display of what is happening now. Every row is saved in a new "
+    "run folder as it happens; the summary table and the folder are printed at the end. "
+    "Exit status: 0 done, 1 the run failed (partial results kept), 2 bad input (nothing "
+    "ran), 130 interrupted by Ctrl-C (finished rounds kept)."
+)
+VALIDATE_DESCRIPTION = (
+    "Check scenario files without running anything. Every problem is one line naming its "
+    "YAML path (wrong type, unknown key or component, missing field, value out of range, "
+    "malformed YAML), or naming the file or output folder that cannot be used. --show "
+    "prints the resolved scenario with every default spelt out. Exit status: 0 all valid, "
+    "1 a scenario is invalid, 2 a file or folder cannot be used."
+)
+LIST_DESCRIPTION = (
+    "List the registered components of every kind, or of KIND (dataset, partition, model, "
+    "learner, strategy, baseline, encoder, vlm, lm), with the package each comes from and "
+    "a one-line description; a component whose optional extra is missing is shown with "
+    "the install hint. With KIND and NAME, show that component's parameters, each with "
+    "its type, default and description, as a scenario's YAML block writes them."
+)
+#: Descriptions for subcommands whose modules give none (each module's own wins).
+FALLBACK_DESCRIPTIONS = {
+    "deploy": (
+        "Flower deployments for `engine: deployment`. `deploy local` starts a SuperLink and "
+        "N SuperNodes with their SuperExecs as local processes, writes the connection to "
+        "Flower's config.toml and keeps them running until Ctrl-C stops them all; `deploy "
+        "compose` writes docker compose files for the same topology."
+    ),
+    "deploy local": (
+        "Start a SuperLink and --nodes SuperNodes (each with its SuperExec) on loopback, "
+        "write the connection (--connection) to config.toml under --flwr-home, and keep "
+        "them running until Ctrl-C, which stops every process; --tls uses the certificates "
+        "made by docker/make-certs.sh."
+    ),
+    "deploy compose": (
+        "Write a docker compose file (--out) for a SuperLink and --nodes SuperNodes with "
+        "their SuperExecs on flowerbed's SuperExec image; nothing is started."
+    ),
+    "pretrain": (
+        "Train and cache an artefact a component needs before it can run (TARGET names "
+        "it). --set changes one of the target's parameters, --output writes the artefact "
+        "elsewhere than the cache folder, --force retrains even when it exists."
+    ),
+}
+
+
+def describe_subcommands(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """Give every subcommand parser without a description one: its fallback, else its help."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        helps = {a.dest: a.help for a in action._choices_actions}
+        for name, sub in action.choices.items():
+            full = f"{prefix}{name}"
+            if not (sub.description or "").strip():
+                sub.description = FALLBACK_DESCRIPTIONS.get(full) or helps.get(name) or full
+            describe_subcommands(sub, f"{full} ")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
+    from flowerbed import __version__
+
     parser = argparse.ArgumentParser(prog="flowerbed", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="debug logging, Flower's log lines included")
+    parser.add_argument("--version", action="version", version=f"flowerbed {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("run", help="run a scenario")
+    p = sub.add_parser("run", help="run a scenario", description=RUN_DESCRIPTION)
     p.add_argument("file")
     add_set_option(p)
     p.add_argument("--output-dir", default=None, help="root of run folders (default: scenario's)")
     p.add_argument("--quiet", action="store_true", help="logs only, no live display")
+    p.add_argument(  # the formats of flowerbed.platform.report.summary_table.FORMATS
+        "--format", choices=("table", "json", "csv", "markdown"), default="table",
+        help="how the summary is printed: table (transposed when wider than the terminal), "
+        "or json/csv/markdown at full precision (default: table)",
+    )
     _COMMANDS["run"] = cmd_run
 
-    p = sub.add_parser("validate", help="check scenario files")
+    p = sub.add_parser("validate", help="check scenario files", description=VALIDATE_DESCRIPTION)
     p.add_argument("files", nargs="+")
     add_set_option(p)
     p.add_argument("--show", action="store_true", help="print the resolved scenario")
     _COMMANDS["validate"] = cmd_validate
 
-    p = sub.add_parser("list", help="list registered components")
+    p = sub.add_parser("list", help="list registered components", description=LIST_DESCRIPTION)
     p.add_argument("kind", nargs="?")
+    p.add_argument("name", nargs="?", help="a component of KIND: show its parameters")
     _COMMANDS["list"] = cmd_list
 
     for module in COMMAND_MODULES:
         importlib.import_module(module).add_commands(sub, _COMMANDS)
+    describe_subcommands(parser)
     return parser
+
+
+#: Name of the handler that writes flowerbed's log to the terminal.
+CONSOLE_HANDLER = "flowerbed-console"
 
 
 def _configure_logging(verbose: bool) -> None:
     """Our logger to stderr (warnings, or everything with -v); run.log gets INFO anyway."""
     logger = logging.getLogger("flowerbed")
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)
-    if not any(
-        isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
-        for h in logger.handlers
-    ):
-        handler = logging.StreamHandler()
+    # Found by name: other handlers may sit on the logger too (pytest's, for one).
+    consoles: list[logging.Handler] = [
+        h for h in logger.handlers if h.get_name() == CONSOLE_HANDLER
+    ]
+    if not consoles:
+        created = logging.StreamHandler()
+        created.set_name(CONSOLE_HANDLER)
+        created.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+        logger.addHandler(created)
+        consoles = [created]
+    for handler in consoles:
+        # Each call sets both: ``main`` may run several times in one process (tests).
         handler.setLevel(logging.DEBUG if verbose else logging.WARNING)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
-        logger.addHandler(handler)
+        if isinstance(handler, logging.StreamHandler):
+            handler.stream = sys.stderr
     logger.propagate = False
 
 
@@ -181,13 +324,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _configure_logging(args.verbose)
     try:
+        check_paths(args)
         return _COMMANDS[args.command](args)
     except ScenarioError as exc:
         print(exc, file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted; finished rounds are saved in the run folder", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        run_dir = getattr(exc, "run_dir", None)  # runner.RunInterrupted says where
+        where = f"; finished rounds are saved in {run_dir}" if run_dir else ""
+        print(f"interrupted{where}", file=sys.stderr)
         return 130
+    except OSError as exc:
+        # A file-system problem no earlier check caught (a disk filling up mid-way).
+        logging.getLogger("flowerbed").debug("file-system error", exc_info=True)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
+
+
+#: Commands reading one scenario file (``args.file``), checked before they start.
+READS_SCENARIO = ("run", "sweep", "inspect")
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """Check the paths a command needs before it does any work (:class:`InputPathError`).
+
+    The scenario file of ``run``, ``sweep`` and ``inspect``; for ``sweep``
+    also its output folder (``run`` and ``inspect`` check theirs once the
+    scenario is validated). ``validate`` checks each of its files itself.
+    """
+    if args.command not in READS_SCENARIO:
+        return
+    from flowerbed.platform.results import check_output_dir, check_scenario_file
+
+    check_scenario_file(args.file)
+    if args.command == "sweep":
+        root = args.output_dir or _raw_output_dir(args.file, args.overrides)
+        if root:
+            check_output_dir(root, create=False)
+
+
+def _raw_output_dir(path: str, overrides: list[str]) -> str | None:
+    """The scenario's ``output_dir`` (after ``--set output_dir=...``), read without validating.
+
+    ``None`` when the file or the value is invalid: the command reports that
+    with the scenario's other problems.
+    """
+    from flowerbed.core.scenario import ScenarioBase, apply_overrides, read_yaml
+
+    mine = [o for o in overrides if o.partition("=")[0].strip() == "output_dir"]
+    try:
+        data = apply_overrides(read_yaml(path), mine)
+    except ScenarioError:
+        return None
+    value = data.get("output_dir", ScenarioBase.model_fields["output_dir"].default)
+    return value if isinstance(value, str) and value else None
 
 
 if __name__ == "__main__":

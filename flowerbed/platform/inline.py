@@ -15,6 +15,7 @@ from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
 from flowerbed.core import keys
+from flowerbed.platform.progress import activity, waiting_text
 
 log = logging.getLogger("flowerbed")
 
@@ -86,7 +87,11 @@ class InlineGrid(Grid):
     def push_messages(self, messages: Iterable[Message]) -> list[str]:
         """Run every message now; replies wait for :meth:`pull_messages`."""
         ids = []
-        for msg in messages:
+        messages = list(messages)
+        for i, msg in enumerate(messages):
+            # Clients run right here, one after the other: say which one the run waits for.
+            meta = msg.metadata
+            activity(waiting_text(len(messages), i, meta.message_type, meta.group_id))
             msg.metadata.__dict__["_message_id"] = str(uuid4())
             msg.metadata.__dict__["_run_id"] = self.run_id
             ids.append(msg.metadata.message_id)

@@ -12,16 +12,35 @@ from rich.console import Console
 from rich.table import Table
 
 from flowerbed.core.scenario import Scenario
-from flowerbed.data.base import DataSourceError, MissingExtraError
+from flowerbed.data.base import ClientData, DataSourceError, MissingExtraError
 from flowerbed.data.federated import FederatedData, federated_data
 
 BARS = " ▁▂▃▄▅▆▇█"
 TARGET_BINS = 10
+#: What a byte-level language-model client's tokens are counted in: its domain signature.
+BYTE_CLASSES = ("letter", "digit", "space", "punct", "non-ascii")
+
+
+def _byte_class_counts(x: np.ndarray) -> np.ndarray:
+    """Target tokens (``x[:, 1:]``, byte ids) per :data:`BYTE_CLASSES`."""
+    table = np.full(256, 4)
+    for b in range(128):
+        c = chr(b)
+        table[b] = 0 if c.isalpha() else 1 if c.isdigit() else 2 if c.isspace() else 3
+    return np.bincount(table[x[:, 1:].ravel()], minlength=len(BYTE_CLASSES))
 
 
 def label_bins(data: FederatedData) -> tuple[list[str], Any]:
-    """Bin names and a ``y -> bin`` function: classes, or target deciles for regression."""
+    """Bin names and a ``y -> bin`` function: classes, or target deciles for regression.
+
+    For ``language_modeling`` the function takes ``x`` instead: byte classes of
+    the target tokens for a 256-token (byte) vocabulary, else one token count.
+    """
     meta = data.dataset.meta
+    if meta.task == "language_modeling":
+        if meta.num_classes == 256:
+            return list(BYTE_CLASSES), _byte_class_counts
+        return ["tokens"], lambda x: np.array([x[:, 1:].size])
     if meta.task == "classification":
         names = list(meta.class_names) or [str(c) for c in range(meta.num_classes)]
         return names, lambda y: np.bincount(y, minlength=meta.num_classes)
@@ -30,13 +49,23 @@ def label_bins(data: FederatedData) -> tuple[list[str], Any]:
     return names, lambda y: np.bincount(np.searchsorted(edges, y), minlength=TARGET_BINS)
 
 
+def text_stat(client: ClientData) -> str:
+    """Target tokens of a language-model client, mean characters of a text client, else ``-``."""
+    if client.meta.task == "language_modeling":
+        return f"{client.x_train[:, 1:].size:,} tok"
+    if client.text_train:
+        return f"avg {sum(map(len, client.text_train)) / len(client.text_train):.0f} ch"
+    return "-"
+
+
 def client_stats(data: FederatedData) -> list[dict[str, Any]]:
-    """One row per client: sizes, label (or target-decile) counts, domain, feature count."""
+    """One row per client: sizes, label (or target-decile) counts, domain, features, text."""
     names, count = label_bins(data)
+    lm = data.dataset.meta.task == "language_modeling"
     rows = []
     for pid in range(len(data.local_train)):
         client = data.client(pid)
-        counts = count(client.y_train)
+        counts = count(client.x_train if lm else client.y_train)
         rows.append({
             "partition_id": pid,
             "num_train": int(client.num_train),
@@ -45,6 +74,7 @@ def client_stats(data: FederatedData) -> list[dict[str, Any]]:
             "bins": names,
             "domain": str(client.extra.get("domain", "-")),
             "features": int(client.x_train.shape[1]),
+            "text": text_stat(client),
         })
     return rows
 
@@ -61,11 +91,13 @@ def spark(counts: np.ndarray) -> str:
 def stats_table(scenario: Scenario, rows: list[dict[str, Any]], data: FederatedData) -> Table:
     """The rich per-client table printed by ``flowerbed inspect``."""
     meta = data.dataset.meta
-    kind = "labels" if meta.task == "classification" else "target deciles"
+    kind = {"classification": "labels", "language_modeling": "token"}.get(
+        meta.task, "target deciles")
+    text = meta.task == "language_modeling" or data.dataset.text_train is not None
     title = (f"{scenario.name}: {meta.name} x {scenario.component('partition').name} "  # type: ignore[attr-defined]
              f"({len(rows)} clients, {len(data.dataset.y_test)} global test examples)")
     table = Table("client", "train", "test", f"{kind} histogram", "top", "domain",
-                  "features", title=title)
+                  "features", *(["text"] if text else []), title=title)
     for row in rows:
         counts = row["counts"]
         share = counts / max(1, counts.sum())
@@ -74,6 +106,7 @@ def stats_table(scenario: Scenario, rows: list[dict[str, Any]], data: FederatedD
         table.add_row(
             str(row["partition_id"]), str(row["num_train"]), str(row["num_test"]),
             spark(counts), top_text, row["domain"], f"{row['features']}/{meta.num_features}",
+            *([row["text"]] if text else []),
         )
     return table
 
@@ -127,9 +160,12 @@ def inspect_scenario(scenario: Scenario, out_dir: str | Path) -> Path:
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Materialise a scenario's federated data and show per-client statistics."""
     from flowerbed.core.scenario import load_scenario
+    from flowerbed.platform.results import check_output_dir
 
     scenario = load_scenario(args.file, args.overrides)
-    out_dir = Path(args.output_dir or scenario.output_dir) / scenario.name / "inspect"
+    root = args.output_dir or scenario.output_dir
+    check_output_dir(root, create=False)  # before the data is built: bad input, exit 2
+    out_dir = Path(root) / scenario.name / "inspect"
     try:
         png = inspect_scenario(scenario, out_dir)
     except (DataSourceError, MissingExtraError, ValueError) as exc:
@@ -143,7 +179,16 @@ def add_commands(subparsers: Any, commands: dict[str, Any]) -> None:
     """Add ``flowerbed inspect SCENARIO [--set k=v] [--output-dir D]``."""
     from flowerbed.platform.cli import add_set_option
 
-    p = subparsers.add_parser("inspect", help="per-client data statistics (table + PNG)")
+    p = subparsers.add_parser(
+        "inspect",
+        help="per-client data statistics (table + PNG)",
+        description="Build a scenario's federated data without training and show one row "
+        "per client: train and test sizes, a histogram of its labels (target deciles for "
+        "regression, token classes for language models), its most common labels, domain "
+        "and feature count. A PNG of label shares and client sizes is written to "
+        "<output root>/<scenario>/inspect/. Exit status: 0 done, 1 the data could not be "
+        "built, 2 bad input.",
+    )
     p.add_argument("file")
     add_set_option(p)
     p.add_argument("--output-dir", default=None,

@@ -1,16 +1,169 @@
-"""Live progress of a run: rounds, replies received/failed, latest metrics."""
+"""Live progress of a run: what it is doing now, rounds, replies, latest metrics, and timing.
+
+Three small pieces, usable apart:
+
+* :func:`activity` tells every live display what the run is doing right now
+  ("starting Ray", "waiting for 4 replies ..."); engines and the server call
+  it at each step, so a long wait never shows a frozen screen;
+* :class:`RunClock` measures wall time from a given start (the process start
+  for the CLI) and the seconds spent in each named phase, for ``summary.json``;
+* :class:`LiveProgress`, the rich display ``flowerbed run`` shows on stderr.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from flowerbed.core import keys
+
+Listener = Callable[[str], None]
+#: Fallback for :func:`process_started`: the first flowerbed import of this process.
+_IMPORTED = time.time()
+_LISTENERS: list[Listener] = []
+_LOCK = threading.Lock()
+
+
+def activity(text: str) -> None:
+    """Tell the live displays what the run is doing now (a no-op when none is shown)."""
+    with _LOCK:
+        listeners = list(_LISTENERS)
+    for listener in listeners:
+        listener(text)
+
+
+@contextlib.contextmanager
+def activity_listener(listener: Listener) -> Iterator[None]:
+    """Call ``listener(text)`` for every :func:`activity` inside the block."""
+    with _LOCK:
+        _LISTENERS.append(listener)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _LISTENERS.remove(listener)
+
+
+def waiting_text(expected: int, received: int, message_type: str, group: str = "") -> str:
+    """``waiting for 4 replies (train.default, round 2): 1 in``: one phase's wait, as shown.
+
+    The setup message is the clients' first: its wait reads as connecting them.
+    """
+    if message_type == keys.SETUP:
+        return f"connecting clients: {received} of {expected} answered the setup message"
+    where = f", round {group}" if group else ""
+    return f"waiting for {expected} replies ({message_type}{where}): {received} in"
+
+
+def process_started() -> float:
+    """When this process started, in epoch seconds (interpreter start-up and imports included).
+
+    On Linux, from ``/proc``: the process's start in clock ticks since boot
+    against the uptime, both to the hundredth of a second (psutil's
+    ``create_time`` adds the boot time, which ``/proc/stat`` rounds to the
+    second). Elsewhere psutil, when installed; failing both, the time of
+    this module's import.
+    """
+    try:
+        with open("/proc/self/stat") as fh:
+            # the command name (field 2) may hold spaces: count the fields after its ")"
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil
+
+        return float(psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - no psutil, or it cannot tell: use the import time
+        return _IMPORTED
+
+
+class RunClock:
+    """Wall time since ``started`` and the seconds spent in each named phase.
+
+    Parameters
+    ----------
+    started
+        Epoch seconds the wall time counts from (default: now).
+
+    Examples
+    --------
+    >>> clock = RunClock()
+    >>> with clock.phase("data"):
+    ...     pass
+    >>> sorted(clock.report())
+    ['data', 'total']
+    """
+
+    def __init__(self, started: float | None = None) -> None:
+        self.started = time.time() if started is None else started
+        self.phases: dict[str, float] = {}
+        #: Set by the server when it times its phases on this clock (in-process engines).
+        self.shared_with_server = False
+
+    @contextlib.contextmanager
+    def phase(self, name: str, doing: str | None = None) -> Iterator[None]:
+        """Add the block's duration to phase ``name``; announce ``doing`` to live displays."""
+        if doing:
+            activity(doing)
+        begin = time.time()
+        try:
+            yield
+        finally:
+            self.add(name, time.time() - begin)
+
+    def add(self, name: str, seconds: float) -> None:
+        """Add ``seconds`` to phase ``name``."""
+        self.phases[name] = round(self.phases.get(name, 0.0) + max(0.0, seconds), 3)
+
+    def elapsed(self) -> float:
+        """Seconds since ``started``."""
+        return round(time.time() - self.started, 3)
+
+    def report(self) -> dict[str, float]:
+        """Every phase and ``total``, the wall time so far (the ``phases_s`` of a summary)."""
+        return {**self.phases, "total": self.elapsed()}
+
+
+# The clock of each running run, by recorder: the server finds it there, so the
+# engines' ``(scenario, recorder)`` signature stays as it is. Keyed by id because
+# a recorder (a dataclass) is not hashable; entries live only while the run does.
+_CLOCKS: dict[int, RunClock] = {}
+
+
+@contextlib.contextmanager
+def timed_by(recorder: object, clock: RunClock) -> Iterator[None]:
+    """Make :func:`clock_of` return ``clock`` for ``recorder`` inside the block."""
+    _CLOCKS[id(recorder)] = clock
+    try:
+        yield
+    finally:
+        _CLOCKS.pop(id(recorder), None)
+
+
+def clock_of(recorder: object) -> RunClock | None:
+    """The clock the caller runs ``recorder``'s run on, if any."""
+    return _CLOCKS.get(id(recorder))
+
 
 class LiveProgress:
-    """A rich table refreshed from the recorder's rows (``Recorder.listeners``)."""
+    """A rich table refreshed from the recorder's rows (``Recorder.listeners``) and activities.
+
+    Redrawn four times a second, so the time spent in the current activity
+    keeps counting even while nothing else happens.
+    """
 
     def __init__(
         self,
@@ -28,20 +181,43 @@ class LiveProgress:
         self.replies: dict[str, Any] = {}
         self.latest: dict[str, float] = {}
         self.failures = 0
+        self.doing = "starting"
+        self.started = self.doing_since = time.monotonic()
+        # Rows can arrive twice (a deployment's rows are followed live, then
+        # collected); each is counted once.
+        self._seen: set[str] = set()
+        self._listening: contextlib.ExitStack | None = None
         self.live = Live(
-            self._render(), console=self.console, refresh_per_second=4, transient=False
+            console=self.console,
+            refresh_per_second=4,
+            transient=False,
+            get_renderable=self._render,
         )
 
     def __enter__(self) -> LiveProgress:
+        self._listening = contextlib.ExitStack()
+        self._listening.enter_context(activity_listener(self.set_activity))
         self.live.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.live.update(self._render())
+        if self._listening is not None:
+            self._listening.close()
+            self._listening = None
+        self.live.refresh()
         self.live.__exit__(*exc)  # type: ignore[arg-type]
+
+    def set_activity(self, text: str) -> None:
+        """Show ``text`` as what the run is doing now (its timer restarts when it changes)."""
+        if text != self.doing:
+            self.doing, self.doing_since = text, time.monotonic()
 
     def __call__(self, row: dict[str, Any]) -> None:
         """Take one recorder row and refresh the display."""
+        key = json.dumps(row, sort_keys=True, default=str)
+        if key in self._seen:
+            return
+        self._seen.add(key)
         if "round" in row:
             self.round = max(self.round, int(row["round"]))
         if row.get("event") == "replies":
@@ -61,12 +237,15 @@ class LiveProgress:
                     and (k.rsplit("/", 1)[1] in self.shown or k.split("/", 1)[1] in self.shown)
                 }
             )
-        self.live.update(self._render())
+        self.live.refresh()
 
     def _render(self) -> Table:
+        now = time.monotonic()
         table = Table(title=f"flowerbed · {self.scenario_name}", show_header=False, expand=False)
         table.add_column(style="bold cyan")
         table.add_column()
+        table.add_row("now", f"{self.doing} ({now - self.doing_since:.0f} s)")
+        table.add_row("elapsed", f"{now - self.started:.0f} s")
         table.add_row("round", f"{self.round}/{self.rounds}")
         table.add_row("phase", self.phase)
         if self.replies:

@@ -34,7 +34,7 @@ SKIP_ENV = "FLOWERBED_SKIP_MEMORY_CHECK"
 
 
 class ResourceLimitError(RuntimeError):
-    """A scenario's estimated memory exceeds what the machine has available."""
+    """A scenario asks for more than the machine has: memory, CPUs or GPUs per client."""
 
 
 @dataclass(frozen=True)
@@ -188,3 +188,75 @@ def check_memory(scenario: Scenario, available: int | None = None) -> MemoryEsti
             f"(engine.client_resources.num_cpus), or set {SKIP_ENV}=1 to run anyway"
         )
     return estimate
+
+
+def visible_gpus() -> int:
+    """GPUs this process may use: 0 if ``CUDA_VISIBLE_DEVICES`` hides them all, else torch's count.
+
+    The environment variable is read first so that hiding the GPUs costs no
+    torch import; torch (needed by the run anyway) is imported only here.
+    """
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None and hidden.strip() in ("", "-1"):
+        return 0
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def check_resources(scenario: Scenario, cpus: int | None = None) -> None:
+    """Refuse per-client resources Ray could never grant; say so when inline falls back to CPU.
+
+    Ray does not fail on an actor it cannot place: it waits for resources
+    that never come, so the run would hang. Nothing is checked when
+    ``RAY_ADDRESS`` names a cluster (its nodes decide) or for deployments
+    (each SuperNode has its own machine).
+
+    Parameters
+    ----------
+    scenario
+        The validated scenario about to run.
+    cpus
+        CPUs Ray gets (default: ``engine.ray_num_cpus``, else this machine's count).
+
+    Raises
+    ------
+    ResourceLimitError
+        Naming each field that cannot be satisfied.
+    """
+    engine = scenario.engine
+    wanted = engine.client_resources
+    if engine.name == "inline":
+        if wanted.num_gpus > 0 and visible_gpus() == 0:
+            log.warning(
+                "engine.client_resources.num_gpus=%g: no GPU visible, the inline engine "
+                "falls back to CPU",
+                wanted.num_gpus,
+            )
+        return
+    if engine.name != "simulation" or os.environ.get("RAY_ADDRESS"):
+        return
+    problems = []
+    have_cpus = cpus or engine.ray_num_cpus or os.cpu_count() or 1
+    if wanted.num_cpus > have_cpus:
+        problems.append(
+            f"engine.client_resources.num_cpus={wanted.num_cpus:g} but Ray has {have_cpus} "
+            f"CPU(s) (engine.ray_num_cpus or this machine's count), so no client could start"
+        )
+    if wanted.num_gpus > 0:
+        have_gpus = visible_gpus()
+        if have_gpus == 0:
+            problems.append(
+                f"engine.client_resources.num_gpus={wanted.num_gpus:g} asks for a GPU per "
+                f"client but no GPU is visible (torch.cuda.is_available() is false or "
+                f"CUDA_VISIBLE_DEVICES hides them); set it to 0 to train on CPU"
+            )
+        elif wanted.num_gpus > have_gpus:
+            problems.append(
+                f"engine.client_resources.num_gpus={wanted.num_gpus:g} but only "
+                f"{have_gpus} GPU(s) are visible, so no client could start"
+            )
+    if problems:
+        raise ResourceLimitError("; ".join(problems))

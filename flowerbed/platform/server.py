@@ -8,7 +8,6 @@ import json
 import logging
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,8 @@ from flowerbed.core import keys, registry
 from flowerbed.core.messages import Payload
 from flowerbed.core.records import CLIENTS_FILE, STATE_DIR_NAME, Recorder
 from flowerbed.core.scenario import Scenario, load_scenario, validate_scenario
+from flowerbed.data.table_data import dropped_rows
+from flowerbed.platform.progress import RunClock, clock_of
 from flowerbed.platform.results import new_run_dir, versions
 from flowerbed.strategies.base import ServerContext
 from flowerbed.strategies.federation import Federation, RoundFailedError
@@ -32,6 +33,7 @@ def client_table(ctx: ServerContext) -> list[dict[str, Any]]:
     """Per-client sizes and label histograms (written to ``clients.json``)."""
     data = ctx.data
     meta = data.dataset.meta
+    dropped = dropped_rows(meta)
     rows = []
     for pid in range(ctx.scenario.num_clients):
         client = data.client(pid)
@@ -46,6 +48,8 @@ def client_table(ctx: ServerContext) -> list[dict[str, Any]]:
             ).tolist()
         if client.columns is not None:
             row["columns"] = client.columns.tolist()
+        if dropped is not None:  # a user table: how many of its rows ``missing:`` dropped
+            row["dataset_dropped_rows"] = dropped
         rows.append(row)
     return rows
 
@@ -114,22 +118,45 @@ def _drop_state(fed: Federation, root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def _run_clock(recorder: Recorder) -> RunClock:
+    """The caller's clock for this run (counting from the process start or the API call).
+
+    A ServerApp with no caller in its process (``flwr run``, a sweep point)
+    times from here.
+    """
+    clock = clock_of(recorder)
+    if clock is None:
+        return RunClock()
+    clock.shared_with_server = True
+    return clock
+
+
 def _serve(grid: Grid, scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
-    started = time.time()
+    clock = _run_clock(recorder)
     root, run_name, temporary = state_location(scenario, recorder)
     try:
-        ctx = ServerContext(scenario, recorder, state_root=root)
-        recorder.write_json(CLIENTS_FILE, client_table(ctx))
+        with clock.phase("data", "building data"):
+            ctx = ServerContext(scenario, recorder, state_root=root)
+            recorder.write_json(CLIENTS_FILE, client_table(ctx))
         fed = Federation(grid, scenario, recorder)
-        fed.connect({keys.STATE_DIR: str(root), keys.RUN_NAME: run_name})
-        strategy = registry.build("strategy", scenario.component("strategy"), scenario=scenario)
-        federated = strategy.run(fed, ctx)
-        results = {"federated": federated, **ctx.extra_results, **run_baselines(ctx)}
+        waiting = f"connecting clients (waiting for {scenario.num_clients} nodes)"
+        with clock.phase("connect", waiting):
+            fed.connect({keys.STATE_DIR: str(root), keys.RUN_NAME: run_name})
+        with clock.phase("strategy", "running the strategy"):
+            strategy = registry.build(
+                "strategy", scenario.component("strategy"), scenario=scenario
+            )
+            federated = strategy.run(fed, ctx)
+        extra = dict(ctx.extra_results)
+        with clock.phase("baselines", "running the baselines"):
+            baselines = run_baselines(ctx)
+        results = {"federated": federated, **extra, **baselines}
         if not scenario.clients.keep_state:
             _drop_state(fed, root)
     finally:
         if temporary:
             shutil.rmtree(root, ignore_errors=True)
+    phases = clock.report()
     summary = {
         "scenario": scenario.name,
         "digest": scenario.digest(),
@@ -138,7 +165,8 @@ def _serve(grid: Grid, scenario: Scenario, recorder: Recorder) -> dict[str, Any]
         "num_clients": scenario.num_clients,
         "rounds": scenario.rounds,
         "results": results,
-        "wall_time_s": round(time.time() - started, 3),
+        "wall_time_s": phases["total"],
+        "phases_s": phases,
         "versions": versions(),
         "run_dir": str(recorder.run_dir) if recorder.run_dir else None,
     }

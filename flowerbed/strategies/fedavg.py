@@ -1,24 +1,26 @@
-"""FedAvg (McMahan et al., 2017) through Flower's own ``FedAvg`` strategy, seeded."""
+"""FedAvg (McMahan et al., 2017) through Flower's own ``FedAvg`` strategy, seeded.
+
+The Flower subclasses it runs on are in :mod:`flowerbed.strategies.flower_fedavg`.
+"""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
-from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAvg
 from pydantic import Field
 
 from flowerbed.clients.learner import SupervisedLearner
-from flowerbed.core import keys
 from flowerbed.core.messages import Payload
-from flowerbed.core.registry import Params, register
+from flowerbed.core.registry import SUPERVISED, Params, register
 from flowerbed.core.seeds import derive_seed
 from flowerbed.strategies.base import ServerContext, Strategy
-from flowerbed.strategies.federation import Federation, FlowerGridView
+from flowerbed.strategies.federation import Federation
+
+if TYPE_CHECKING:
+    from flwr.app import ArrayRecord, MetricRecord
 
 
 class FedAvgParams(Params):
@@ -41,58 +43,7 @@ def seeded_random(seed: int) -> Iterator[None]:
         random.setstate(state)
 
 
-class _SeededFedAvg(FedAvg):
-    """Flower's FedAvg with cohorts drawn from the scenario seed and metrics recorded."""
-
-    def __init__(
-        self, root_seed: int, view: FlowerGridView, ctx: ServerContext, **kwargs: Any
-    ) -> None:
-        super().__init__(**kwargs)
-        self.root_seed = root_seed
-        self.view = view
-        self.ctx = ctx
-
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        self.view.server_round = server_round
-        with seeded_random(derive_seed(self.root_seed, "sample", "train", server_round)):
-            return super().configure_train(server_round, arrays, config, grid)
-
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        self.view.server_round = server_round
-        with seeded_random(derive_seed(self.root_seed, "sample", "evaluate", server_round)):
-            return super().configure_evaluate(server_round, arrays, config, grid)
-
-    def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        arrays, metrics = super().aggregate_train(server_round, replies)
-        if metrics:
-            self.ctx.recorder.metrics(server_round, "train", _train_split(metrics))
-        return arrays, metrics
-
-    def aggregate_evaluate(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> MetricRecord | None:
-        metrics = super().aggregate_evaluate(server_round, replies)
-        if metrics:
-            named = {
-                f"local_test/{k}": float(v)  # type: ignore[arg-type]
-                for k, v in metrics.items()
-                if k != keys.NUM_EXAMPLES
-            }
-            self.ctx.recorder.metrics(server_round, "evaluate", named)
-        return metrics
-
-
-def _train_split(metrics: MetricRecord) -> dict[str, float]:
-    return {f"train/{k}": float(v) for k, v in metrics.items() if k != keys.NUM_EXAMPLES}  # type: ignore[arg-type,misc]
-
-
-@register("strategy", "fedavg")
+@register("strategy", "fedavg", requires=(SUPERVISED,))
 class FedAvgStrategy(Strategy):
     """FedAvg: weighted average of client weights each round (Flower's implementation)."""
 
@@ -100,6 +51,11 @@ class FedAvgStrategy(Strategy):
 
     def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
         """Run ``scenario.rounds`` FedAvg rounds; return server-side test metrics."""
+        # Flower's strategy only once it runs: validating a scenario must stay light.
+        from flwr.app import MetricRecord
+
+        from flowerbed.strategies.flower_fedavg import FlowerGridView, SeededFedAvg
+
         p: FedAvgParams = self.params  # type: ignore[assignment]
         learner = ctx.learner
         if not isinstance(learner, SupervisedLearner):
@@ -111,7 +67,7 @@ class FedAvgStrategy(Strategy):
         init = learner.init_arrays(meta, derive_seed(self.scenario.seed, "init"))
         view = FlowerGridView(fed)
         n = len(fed.partition_ids)
-        strategy = _SeededFedAvg(
+        strategy = SeededFedAvg(
             self.scenario.seed,
             view,
             ctx,

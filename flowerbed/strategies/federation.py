@@ -9,17 +9,16 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
-from flwr.app import Message
-from flwr.common.constant import SUPERLINK_NODE_ID
-from flwr.serverapp import Grid
 
 from flowerbed.core import keys
 from flowerbed.core.availability import RoundAvailability, round_availability
 from flowerbed.core.messages import Arrays, Payload, Replies, check_reply
 from flowerbed.core.seeds import derive_seed
-from flowerbed.strategies.grids import DelegatingGrid
 
 if TYPE_CHECKING:
+    from flwr.app import Message
+    from flwr.serverapp import Grid
+
     from flowerbed.core.records import Recorder
     from flowerbed.core.scenario import Scenario
 
@@ -88,6 +87,9 @@ class Federation:
         ``extra`` adds config entries to the setup message (where the clients
         keep their state).
         """
+        # Flower only once a federation talks: validating a scenario must stay light.
+        from flwr.app import Message
+
         timeout = self.scenario.federation.timeout
         nodes = self.wait_for_nodes(timeout)
         setup = Payload(
@@ -159,6 +161,8 @@ class Federation:
         RoundFailedError
             Fewer usable replies than ``min_replies`` require.
         """
+        from flwr.app import Message
+
         pids = self.partition_ids if clients is None else sorted(clients)
         available = self.available(pids, server_round)
         messages = []
@@ -245,6 +249,8 @@ def _sender(reply: Message, sent: Iterable[Message]) -> int:
     The SuperLink's own error replies (source node 1, e.g. "node unavailable"
     once a dead SuperNode's heartbeat lapsed) are matched to the message they answer.
     """
+    from flwr.common.constant import SUPERLINK_NODE_ID
+
     if reply.metadata.src_node_id != SUPERLINK_NODE_ID:
         return int(reply.metadata.src_node_id)
     to = reply.metadata.reply_to_message_id
@@ -273,55 +279,3 @@ def _note_availability(replies: Replies, available: RoundAvailability) -> None:
     replies.dropped = list(available.dropped)
     replies.late = list(available.late)
     replies.virtual_time = float(available.round_time)
-
-
-class FlowerGridView(DelegatingGrid):
-    """A ``Grid`` for Flower's own strategies that keeps flowerbed's guarantees.
-
-    Node ids are listed in partition-id order (so Flower's sampling, seeded by
-    the caller, picks the same partitions every run), replies come back in
-    partition-id order (so aggregation sums in a fixed order), replies with
-    non-finite values are dropped as failed, and every phase is recorded.
-    """
-
-    def __init__(self, federation: Federation) -> None:
-        super().__init__(federation.grid)
-        self.fed = federation
-        self.server_round = 0
-
-    def get_node_ids(self) -> list[int]:
-        """Node ids of the connected partitions, in partition-id order."""
-        return [self.fed.node_of[p] for p in self.fed.partition_ids]
-
-    def send_and_receive(
-        self, messages: Iterable[Message], *, timeout: float | None = None
-    ) -> Iterable[Message]:
-        """Send, then return valid replies (and error replies) in partition-id order."""
-        messages = list(messages)
-        if not messages:
-            return []
-        message_type = messages[0].metadata.message_type
-        asked = sorted(self.fed.pid_of[m.metadata.dst_node_id] for m in messages)
-        # A train reply must carry arrays shaped like the model it was sent.
-        expected = None
-        if message_type.startswith("train"):
-            expected = Payload.from_record(messages[0].content).arrays or None
-        available = self.fed.available(asked, self.server_round)
-        on_time = set(available.on_time)
-        messages = [m for m in messages if self.fed.pid_of[m.metadata.dst_node_id] in on_time]
-        raw = list(self.fed.grid.send_and_receive(messages, timeout=timeout))
-        replies = self.fed.sort_replies(raw, asked, expected, sent=messages)
-        _note_availability(replies, available)
-        self.fed.recorder.replies(message_type, self.server_round, replies)
-        ensure_enough(
-            message_type,
-            self.server_round,
-            replies,
-            len(asked),
-            self.fed.scenario.federation.min_replies,
-        )
-        by_pid = {
-            self.fed.pid_of[n]: m for m in raw if (n := _sender(m, messages)) in self.fed.pid_of
-        }
-        keep = [p for p in sorted(by_pid) if p in replies.ok or by_pid[p].has_error()]
-        return [by_pid[p] for p in keep]

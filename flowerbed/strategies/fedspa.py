@@ -98,7 +98,11 @@ class _Arm:
                 "time/client_train_s": float(np.mean(self.seconds or [0.0]))}
 
 
-@register("strategy", "fedspa")
+# Every arm's handler: the default arms use them all.
+@register("strategy", "fedspa", requires=((
+    keys.STATS_MESSAGE, keys.TRAIN_MESSAGE, keys.EVAL_MESSAGE, keys.LINEAR_MESSAGE,
+    keys.PROMPT_MESSAGE,
+),))
 class FedSpaStrategy(Strategy):
     """FedSPA: client visual prototypes, server InfoNCE alignment of text prototypes; baselines."""
 

@@ -14,19 +14,21 @@ server's test split, and pinball losses are measured on the other half.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import Field
 
-from flowerbed.algorithms import fqr
-from flowerbed.algorithms.fqr_local import LocalFit, pinball_loss, quantreg
 from flowerbed.clients import fqr_learner as K
 from flowerbed.core.messages import Payload, Replies
 from flowerbed.core.registry import Params, register
 from flowerbed.core.seeds import derive_seed
 from flowerbed.strategies.base import ServerContext, Strategy
 from flowerbed.strategies.federation import Federation
+
+if TYPE_CHECKING:
+    from flowerbed.algorithms import fqr
+    from flowerbed.algorithms.fqr_local import LocalFit
 
 log = logging.getLogger("flowerbed")
 
@@ -45,6 +47,10 @@ class FqrParams(Params):
 
 def collect_fits(replies: Replies, ctx: ServerContext) -> tuple[list[int], list[LocalFit]]:
     """Usable local fits by partition id; flagged or failed clients are named and skipped."""
+    # The method's modules import scipy: only once the strategy runs, so that
+    # validating a scenario stays light.
+    from flowerbed.algorithms.fqr_local import LocalFit
+
     pids, fits = [], []
     for pid, body in replies.ok.items():
         if body.config.get(K.STATUS) == K.STATUS_SINGULAR:
@@ -72,6 +78,9 @@ class Evaluator:
 
     def losses(self, slopes: np.ndarray) -> np.ndarray:
         """Pinball loss per tau of ``slopes`` ``(K, d)``."""
+        from flowerbed.algorithms import fqr
+        from flowerbed.algorithms.fqr_local import pinball_loss
+
         inter = fqr.calibrate_intercepts(self.x[self.cal], self.y[self.cal], slopes, self.taus)
         pred = inter[:, None] + slopes @ self.x[self.ev].T
         return np.array(
@@ -103,7 +112,7 @@ def payload_bytes(body: Payload) -> int:
     return int(sum(np.asarray(a).nbytes for a in body.arrays.values()))
 
 
-@register("strategy", "fqr")
+@register("strategy", "fqr", requires=((K.FIT_MESSAGE, K.PINBALL_MESSAGE),))
 class FqrStrategy(Strategy):
     """FQR: one-shot minimum-variance ensemble of local quantile regressions."""
 
@@ -111,6 +120,8 @@ class FqrStrategy(Strategy):
 
     def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
         """One ``query.fqr_fit`` round, the ensemble, its CIs, baselines; return metrics."""
+        from flowerbed.algorithms import fqr
+
         p: FqrParams = self.params  # type: ignore[assignment]
         taus = np.array(p.taus)
         ds = ctx.data.dataset
@@ -165,6 +176,9 @@ class FqrStrategy(Strategy):
         truth: np.ndarray | None,
         fqr_metrics: dict[str, float],
     ) -> None:
+        from flowerbed.algorithms import fqr
+        from flowerbed.algorithms.fqr_local import quantreg
+
         p: FqrParams = self.params  # type: ignore[assignment]
         d = ctx.data.dataset.meta.num_features
         taus = ev.taus
@@ -190,6 +204,8 @@ class FqrStrategy(Strategy):
         fqr_metrics: dict[str, float],
     ) -> dict[str, float]:
         """FedAvg on the smoothed pinball loss; bytes per client until it matches FQR."""
+        from flowerbed.algorithms import fqr
+
         p: FqrParams = self.params  # type: ignore[assignment]
         coef = np.zeros((len(ev.taus), 1 + ctx.data.dataset.meta.num_features))
         config: dict[str, Any] = {

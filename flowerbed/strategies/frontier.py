@@ -21,7 +21,6 @@ from pydantic import Field
 from flowerbed.algorithms import frontier as fr
 from flowerbed.algorithms import hedging
 from flowerbed.clients import frontier_learner as K
-from flowerbed.clients.frontier_zoo import cached_zoo, to_array
 from flowerbed.core.messages import Payload
 from flowerbed.core.registry import Params, register
 from flowerbed.core.seeds import derive_seed
@@ -110,7 +109,9 @@ def variant_metrics(
     return out
 
 
-@register("strategy", "frontier_selection")
+@register(
+    "strategy", "frontier_selection", requires=((K.RISKS_MESSAGE, K.HEDGE_MESSAGE),)
+)
 class FrontierSelection(Strategy):
     """Model selection for a new client: prune to the benchmark frontier, then hedge."""
 
@@ -118,6 +119,10 @@ class FrontierSelection(Strategy):
 
     def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
         """Zoo, benchmark risks, frontier, two hedge asks to the new client; return metrics."""
+        # The zoo module imports scikit-learn: only once the strategy runs, so that
+        # validating a scenario stays light.
+        from flowerbed.clients.frontier_zoo import to_array
+
         p: FrontierParams = self.params  # type: ignore[assignment]
         pids = fed.partition_ids
         new, benches = pids[-1], pids[:-1]
@@ -151,6 +156,8 @@ class FrontierSelection(Strategy):
         return results[p.deploy]
 
     def _zoo(self, ctx: ServerContext) -> tuple[list[str], list[bytes]]:
+        from flowerbed.clients.frontier_zoo import cached_zoo
+
         p: FrontierParams = self.params  # type: ignore[assignment]
         ds = ctx.data.dataset
         rows = server_rows(ctx.data)

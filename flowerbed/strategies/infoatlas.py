@@ -15,9 +15,7 @@ import logging
 
 import numpy as np
 from pydantic import Field
-from scipy import stats
 
-from flowerbed.algorithms import infoatlas as ia
 from flowerbed.clients import infoatlas_learner as K
 from flowerbed.core.messages import Payload
 from flowerbed.core.registry import Params, register
@@ -48,6 +46,11 @@ def true_mi(ctx: ServerContext) -> np.ndarray | None:
 
 def compare(scores: np.ndarray, reference: np.ndarray, top_k: int, name: str) -> dict[str, float]:
     """Spearman correlation and top-k overlap of ``scores`` with ``reference``."""
+    # torch and scipy only once the strategy runs: validating a scenario must stay light.
+    from scipy import stats
+
+    from flowerbed.algorithms import infoatlas as ia
+
     k = min(top_k, len(scores))
     overlap = len(set(ia.ranking(scores)[:k]) & set(ia.ranking(reference)[:k])) / k
     rho = stats.spearmanr(scores, reference).statistic if len(scores) > 1 else 1.0
@@ -56,6 +59,8 @@ def compare(scores: np.ndarray, reference: np.ndarray, top_k: int, name: str) ->
 
 def against_truth(scores: np.ndarray, truth: np.ndarray) -> dict[str, float]:
     """MAE (nats) and recall of the truly informative features among the top ranks."""
+    from flowerbed.algorithms import infoatlas as ia
+
     informative = set(np.flatnonzero(truth > 1e-3).tolist())
     m = max(len(informative), 1)
     found = set(ia.ranking(scores)[:m].tolist()) & informative
@@ -65,7 +70,7 @@ def against_truth(scores: np.ndarray, truth: np.ndarray) -> dict[str, float]:
     }
 
 
-@register("strategy", "infoatlas_screening")
+@register("strategy", "infoatlas_screening", requires=(K.SCREEN_MESSAGE,))
 class ScreeningStrategy(Strategy):
     """Federated feature screening by mutual information with the label."""
 
@@ -73,6 +78,8 @@ class ScreeningStrategy(Strategy):
 
     def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
         """Ask every client once, aggregate, rank, compare; return metrics."""
+        from flowerbed.algorithms import infoatlas as ia
+
         p: ScreeningParams = self.params  # type: ignore[assignment]
         meta = ctx.data.dataset.meta
         d = meta.num_features

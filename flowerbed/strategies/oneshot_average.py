@@ -15,7 +15,7 @@ from pydantic import Field
 
 from flowerbed.clients.learner import SupervisedLearner
 from flowerbed.core.messages import Arrays, Payload, Replies
-from flowerbed.core.registry import Params, register
+from flowerbed.core.registry import SUPERVISED, Params, register
 from flowerbed.core.seeds import derive_seed
 from flowerbed.strategies.base import ServerContext, Strategy
 from flowerbed.strategies.federation import Federation
@@ -61,7 +61,7 @@ def mean_metrics(replies: Replies) -> dict[str, float]:
     return {k: sums[k] / counts[k] for k in sums if counts[k] > 0}
 
 
-@register("strategy", "oneshot_average")
+@register("strategy", "oneshot_average", requires=(SUPERVISED,))
 class OneShotAverage(Strategy):
     """One-shot averaging of locally fitted weights (one train ask, no further rounds)."""
 

@@ -47,7 +47,9 @@ class SlotAlignParams(Params):
     compare_taus: tuple[float, ...] = Field((), description="extra rows at a fixed tau")
 
 
-@register("strategy", "slot_align")
+@register("strategy", "slot_align", requires=(
+    (keys.SCATTER_MESSAGE, keys.STATS_MESSAGE, keys.TRAIN_MESSAGE, keys.EVAL_MESSAGE),
+))
 class SlotAlignStrategy(Strategy):
     """SLOT-Align: BW barycenter of client feature Gaussians, Monge maps, one-shot heads."""
 

@@ -63,11 +63,26 @@ def cmd_deploy_local(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy_compose(args: argparse.Namespace) -> int:
-    """Write the compose file and its TLS overlay for ``--nodes`` SuperNodes."""
-    from flowerbed.platform.deploy.compose import write_compose
+    """Write the compose file and its TLS overlay for ``--nodes`` SuperNodes.
 
-    for path in write_compose(args.nodes, args.out):
+    Paths inside them are relative to where they are written, so they work
+    from any ``--out``; exit status 2 when there is no checkout to build from.
+    """
+    from pathlib import Path
+
+    from flowerbed.platform.deploy.compose import CERTS_DIR, project_root, write_compose
+
+    try:
+        written = write_compose(args.nodes, args.out, args.project, args.certs)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"deploy compose: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
         print(f"wrote {path}")
+    root = Path(args.project) if args.project else project_root() or Path(".")
+    certs = Path(args.certs) if args.certs else root / CERTS_DIR
+    print(f"build context {root}; TLS certificates from {certs} "
+          f"(make them with {root / 'docker' / 'make-certs.sh'} {certs})")
     return 0
 
 
@@ -93,7 +108,18 @@ def add_commands(subparsers: Any, commands: dict[str, Any]) -> None:
     local.add_argument("--timeout", type=float, default=120.0, help="start-up timeout (s)")
     compose = sub.add_parser("compose", help="write docker compose files for N SuperNodes")
     compose.add_argument("--nodes", type=int, default=2)
-    compose.add_argument("--out", default="docker/compose.yml")
+    compose.add_argument(
+        "--out", default="docker/compose.yml",
+        help="compose file, or a folder for compose.yml (with-tls.yml goes beside it)",
+    )
+    compose.add_argument(
+        "--project", default=None, metavar="DIR",
+        help="flowerbed checkout to build the image from (default: this one)",
+    )
+    compose.add_argument(
+        "--certs", default=None, metavar="DIR",
+        help="folder of ca.crt/server.pem/server.key (default: <project>/docker/certs)",
+    )
     local.set_defaults(deploy_handler=cmd_deploy_local)
     compose.set_defaults(deploy_handler=cmd_deploy_compose)
     commands["deploy"] = _dispatch

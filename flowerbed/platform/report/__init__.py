@@ -16,6 +16,12 @@ a folder of runs (a sweep, or ``runs/<scenario>/``) and writes, under
 - for a local-task run (strategy ``local``): ``clients.csv``, a per-client
   table in ``report.md`` and ``clients_<metric>.png`` (a bar per client, the
   mean over clients and the centralized value); ``runs/<run>_clients...`` in a sweep.
+
+A run killed before its ``summary.json`` is reported from ``metrics.jsonl``
+at its last evaluated round, its source marked ``(partial: round r of R)``.
+The printed summary (:mod:`.summary_table`, also ``flowerbed run``'s) never
+cuts a number: a table wider than the terminal is transposed, and
+``--format json|csv|markdown`` prints it at full precision.
 """
 
 from flowerbed.platform.report.build import (
@@ -42,6 +48,7 @@ from flowerbed.platform.report.plots import (
 )
 from flowerbed.platform.report.runs import (
     ERROR_FILE,
+    FEDERATED_PHASES,
     OVERRIDES_FILE,
     PLAN_FILE,
     REPORT_DIR,
@@ -49,8 +56,20 @@ from flowerbed.platform.report.runs import (
     STATUS_FILE,
     RunInfo,
     find_runs,
+    latest_metrics,
     load_run,
     local_client_rows,
+    metrics_round,
+    metrics_rows,
+)
+from flowerbed.platform.report.summary_table import (
+    FORMATS,
+    SummaryGrid,
+    direction,
+    format_number,
+    render,
+    report_grid,
+    run_grid,
 )
 from flowerbed.platform.report.tables import (
     client_lines,
@@ -74,6 +93,8 @@ from flowerbed.platform.report.tables import (
 __all__ = [
     "CURVE_PREFIXES",
     "ERROR_FILE",
+    "FEDERATED_PHASES",
+    "FORMATS",
     "OVERRIDES_FILE",
     "PLAN_FILE",
     "REPORT_DIR",
@@ -82,6 +103,7 @@ __all__ = [
     "Command",
     "Report",
     "RunInfo",
+    "SummaryGrid",
     "add_commands",
     "build_report",
     "client_lines",
@@ -93,9 +115,12 @@ __all__ = [
     "curve",
     "default_group_by",
     "default_metrics",
+    "direction",
     "find_runs",
+    "format_number",
     "group_label",
     "group_value",
+    "latest_metrics",
     "load_run",
     "local_client_rows",
     "lookup",
@@ -103,14 +128,19 @@ __all__ = [
     "markdown_table",
     "mean_std",
     "metric_key",
+    "metrics_round",
+    "metrics_rows",
     "phase_curves",
     "plot_bars",
     "plot_clients",
     "plot_curves",
     "plot_phases",
     "plot_run",
+    "render",
+    "report_grid",
     "rich_table",
     "round_columns",
+    "run_grid",
     "run_rows",
     "summary_rows",
     "write_client_plots",

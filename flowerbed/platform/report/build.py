@@ -62,10 +62,14 @@ def _safe(name: str) -> str:
 def build_report(
     path: str | Path, metrics: Sequence[str] = (), group_by: Sequence[str] = ()
 ) -> Report:
-    """Read the runs under ``path`` and compute the tables (nothing written yet)."""
+    """Read the runs under ``path`` and compute the tables (nothing written yet).
+
+    Finished runs and partial ones (killed, with rounds in ``metrics.jsonl``)
+    are in the tables; a partial run is marked so in its source.
+    """
     runs = find_runs(path)
-    done = [r for r in runs if r.ok]
-    chosen = [metric_key(m) for m in metrics] or default_metrics(done)
+    shown = _shown(runs)
+    chosen = [metric_key(m) for m in metrics] or default_metrics(shown)
     keys = list(group_by) or default_group_by(runs)
     root = Path(path)
     return Report(
@@ -73,10 +77,15 @@ def build_report(
         runs,
         chosen,
         keys,
-        run_rows(done, chosen, keys),
-        summary_rows(done, chosen, keys),
-        clients={r.name: client_table(r.clients) for r in done if r.clients},
+        run_rows(shown, chosen, keys),
+        summary_rows(shown, chosen, keys),
+        clients={r.name: client_table(r.clients) for r in runs if r.ok and r.clients},
     )
+
+
+def _shown(runs: Sequence[RunInfo]) -> list[RunInfo]:
+    """Runs with metrics to show: finished ones and partial ones."""
+    return [r for r in runs if r.ok or r.partial]
 
 
 def _run_file(report: Report, run: RunInfo, name: str) -> Path:
@@ -103,23 +112,25 @@ def write_plots(report: Report) -> list[Path]:
     """
     out = report.out_dir
     written = []
+    # Per-run plots show partial runs' rounds too; group curves only finished runs.
+    shown = _shown(report.runs)
     done = [r for r in report.runs if r.ok]
     for metric in report.metrics:
         tag = _safe(metric.split("/")[-1])
         if len(report.runs) == 1:
             target = out / f"curves_{tag}.png"
-            # ``done`` is empty when the only run failed and ``--metric`` was given
-            written += [target] if done and plot_run(done[0], metric, target) else []
+            # ``shown`` is empty when the only run failed before its first round
+            written += [target] if shown and plot_run(shown[0], metric, target) else []
             continue
         (out / "runs").mkdir(exist_ok=True)
-        for run in done:
+        for run in shown:
             target = out / "runs" / f"{run.name}_{tag}.png"
             written += [target] if plot_run(run, metric, target) else []
         if plot_curves(done, metric, report.keys, out / f"curves_{tag}.png"):
             written.append(out / f"curves_{tag}.png")
         if plot_bars(report.summary_table, metric, out / f"bars_{tag}.png"):
             written.append(out / f"bars_{tag}.png")
-    for run in done:
+    for run in shown:
         written += write_phase_plots(report, run) + write_client_plots(report, run)
     return written
 
@@ -177,12 +188,18 @@ def markdown(report: Report, plots: Sequence[Path]) -> str:
     failed = [r for r in report.runs if not r.ok]
     if failed:
         parts += ["", "## Failed or unfinished runs", ""]
-        parts += [f"- `{r.name}`: {r.error}" for r in failed]
+        parts += [f"- `{r.name}`: {r.error}{_note(r)}" for r in failed]
     if plots:
         parts += ["", "## Plots", ""]
         ordered = sorted(plots, key=lambda p: (p.parent != report.out_dir, p.name))
         parts += [f"![{p.stem}]({p.relative_to(report.out_dir).as_posix()})" for p in ordered]
     return "\n".join(parts) + "\n"
+
+
+def _note(run: RunInfo) -> str:
+    """`` (partial: reached round 4 of 10; metrics at round 3)`` or nothing."""
+    note = run.progress_note()
+    return f" (partial: {note})" if note else ""
 
 
 def write_report(report: Report, plots: bool = True) -> list[Path]:

@@ -1,4 +1,4 @@
-"""``flowerbed report``: the command and its rich summary table."""
+"""``flowerbed report``: the command; its summary is drawn by :mod:`.summary_table`."""
 
 from __future__ import annotations
 
@@ -14,8 +14,20 @@ from flowerbed.platform.report.tables import _pm
 if TYPE_CHECKING:
     from rich.table import Table
 
+
+def _esc(text: str) -> str:
+    """Rich markup escaped (run names and errors may hold brackets)."""
+    from rich.markup import escape
+
+    return escape(text)
+
+
 def rich_table(report: Report) -> Table:
-    """Render the summary (mean ± std per group and source) as a rich table."""
+    """Render the summary (mean ± std per group and source) as one rich table.
+
+    ``flowerbed report`` prints :func:`.summary_table.report_grid` instead (it
+    transposes and splits a table wider than the terminal).
+    """
     from rich.markup import escape
     from rich.table import Table
 
@@ -27,8 +39,14 @@ def rich_table(report: Report) -> Table:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Print the report table and write CSV, markdown and PNGs next to the runs."""
+    """Print the summary (``--format``) and write CSV, markdown and PNGs next to the runs.
+
+    With a machine format (json, csv, markdown) only the summary goes to
+    stdout; the notes go to stderr.
+    """
     from rich.console import Console
+
+    from flowerbed.platform.report.summary_table import render, report_grid
 
     try:
         report = build_report(args.path, args.metric, args.group_by)
@@ -36,13 +54,18 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 2
     files = write_report(report, plots=not args.no_plots)
-    console = Console()
-    console.print(rich_table(report))
+    print(render(report_grid(report), args.format))
+    console = Console(stderr=args.format != "table")
     for run in (r for r in report.runs if not r.ok):
-        console.print(f"[red]failed or unfinished[/red] {run.name}: {run.error}", highlight=False)
+        if run.partial:
+            text = f"[yellow]partial[/yellow] {_esc(run.name)}: {_esc(str(run.error))}; "
+            console.print(text + _esc(run.progress_note()), highlight=False, soft_wrap=True)
+        else:
+            text = f"[red]failed or unfinished[/red] {_esc(run.name)}: {_esc(str(run.error))}"
+            console.print(text, highlight=False, soft_wrap=True)
     if not args.no_plots and not any(f.suffix == ".png" for f in files) and _pyplot() is None:
         console.print("no plots: matplotlib is not installed (pip install matplotlib)")
-    console.print(f"wrote {len(files)} files to {report.out_dir}")
+    console.print(f"wrote {len(files)} files to {_esc(str(report.out_dir))}", soft_wrap=True)
     return 0
 
 
@@ -67,4 +90,16 @@ def add_commands(subparsers: Any, commands: dict[str, Command]) -> None:
         help="dotted scenario key grouping runs (repeatable; default: swept keys except seed)",
     )
     p.add_argument("--no-plots", action="store_true", help="tables only")
+    add_format_option(p)
     commands["report"] = cmd_report
+
+
+def add_format_option(p: argparse.ArgumentParser) -> None:
+    """``--format table|json|csv|markdown`` for a command that prints a summary."""
+    from flowerbed.platform.report.summary_table import FORMATS
+
+    p.add_argument(
+        "--format", choices=FORMATS, default="table",
+        help="how the summary is printed: table (transposed when wider than the terminal), "
+        "or json/csv/markdown at full precision (default: table)",
+    )

@@ -127,9 +127,10 @@ def plot_run(run: RunInfo, metric: str, path: Path) -> bool:
 
 
 def _run_title(run: RunInfo) -> str:
-    """``<scenario> · <run folder> <swept key>=<value>...``."""
+    """``<scenario> · <run folder> <swept key>=<value>...`` (and how far a partial run got)."""
     where = " ".join(f"{k}={_fmt_value(v)}" for k, v in run.overrides.items())
-    return f"{run.scenario.get('name', '')} · {run.name} {where}"
+    note = f"(partial: {run.progress_note()})" if run.partial else ""
+    return " ".join(p for p in (f"{run.scenario.get('name', '')} · {run.name}", where, note) if p)
 
 
 def plot_phases(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,55 @@ PLAN_FILE = "sweep.json"
 STATUS_FILE = "status.json"
 ERROR_FILE = "error.txt"
 SKIP_DIRS = (REPORT_DIR, "previous")
+#: Phases whose rows are the federated model's own, in the order a metric is looked up:
+#: the server's evaluation first, then the clients' training and evaluation means.
+FEDERATED_PHASES = ("server_eval", "train", "evaluate", "local")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _round(row: dict[str, Any]) -> int | None:
+    value = row.get("round")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def latest_metrics(
+    rows: Sequence[dict[str, Any]], upto: int | None = None
+) -> dict[str, float]:
+    """Each ``<split>/<metric>`` the federated model logged, at the last round it was logged.
+
+    ``metrics.jsonl`` names a value ``<phase>/<split>/<metric>``; the names
+    here drop the phase. A metric several phases log comes from the first
+    of :data:`FEDERATED_PHASES`; rows after round ``upto`` are ignored.
+    """
+    by_phase: dict[str, dict[str, float]] = {p: {} for p in FEDERATED_PHASES}
+    for row in rows:
+        phase, rnd = row.get("phase"), _round(row)
+        if phase not in by_phase or "event" in row or (upto is not None and (rnd or 0) > upto):
+            continue
+        prefix = f"{phase}/"
+        for key, value in row.items():
+            if key.startswith(prefix) and _number(value):
+                by_phase[str(phase)][key.removeprefix(prefix)] = float(value)  # later rows win
+    merged: dict[str, float] = {}
+    for values in by_phase.values():
+        for key, value in values.items():
+            merged.setdefault(key, value)
+    return merged
+
+
+def metrics_round(rows: Sequence[dict[str, Any]]) -> int | None:
+    """The round a killed run's table shows: its last server evaluation, else last metrics row."""
+    for phases in (("server_eval",), FEDERATED_PHASES):
+        rounds = [
+            r for row in rows
+            if row.get("phase") in phases and "event" not in row and (r := _round(row)) is not None
+        ]
+        if rounds:
+            return max(rounds)
+    return None
 
 
 @dataclass
@@ -46,9 +97,64 @@ class RunInfo:
         """Whether the run finished (its summary exists)."""
         return self.summary is not None
 
+    @property
+    def rounds(self) -> int | None:
+        """The rounds the scenario asked for."""
+        value = self.scenario.get("rounds")
+        return value if isinstance(value, int) else None
+
+    @functools.cached_property
+    def partial_round(self) -> int | None:
+        """For an unfinished run with metrics rows: the round its table shows, else ``None``."""
+        return None if self.ok else metrics_round(self.rows)
+
+    @property
+    def partial(self) -> bool:
+        """Whether this is a killed or failed run reported from its last round."""
+        return self.partial_round is not None and bool(self.final())
+
+    @property
+    def reached(self) -> int | None:
+        """The last round any row of ``metrics.jsonl`` belongs to."""
+        rounds = [r for row in self.rows if (r := _round(row)) is not None]
+        return max(rounds) if rounds else None
+
+    def progress_note(self) -> str:
+        """``reached round 4 of 10; metrics at round 3`` for a partial run, else ``""``."""
+        if not self.partial:
+            return ""
+        of = f" of {self.rounds}" if self.rounds else ""
+        return f"reached round {self.reached}{of}; metrics at round {self.partial_round}"
+
+    def source_label(self, source: str) -> str:
+        """``federated``, or ``federated (partial: round 3 of 10)`` for a partial run."""
+        if not self.partial:
+            return source
+        of = f" of {self.rounds}" if self.rounds else ""
+        return f"{source} (partial: round {self.partial_round}{of})"
+
     def final(self) -> dict[str, dict[str, float]]:
-        """Return final metrics by source (``federated``, baselines)."""
-        results: dict[str, dict[str, float]] = (self.summary or {}).get("results", {})
+        """Return final metrics by source (``federated``, baselines).
+
+        The federated source also has what only ``metrics.jsonl`` holds
+        (``train/upload_bytes``: its last round); the summary's values win.
+        A run without a summary has only ``federated``, at
+        :attr:`partial_round`.
+        """
+        return self._final
+
+    @functools.cached_property
+    def _final(self) -> dict[str, dict[str, float]]:
+        if self.summary is None:
+            if self.partial_round is None:
+                return {}
+            values = latest_metrics(self.rows, upto=self.partial_round)
+            return {"federated": values} if values else {}
+        results: dict[str, dict[str, float]] = dict(self.summary.get("results") or {})
+        if "federated" in results and self.rows:
+            federated = results["federated"]
+            logged = latest_metrics(self.rows).items()
+            results["federated"] = {**federated, **{k: v for k, v in logged if k not in federated}}
         return results
 
 
@@ -84,6 +190,11 @@ def _read_rows(path: Path, containing: str = "") -> list[dict[str, Any]]:
     return rows
 
 
+def metrics_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """``metrics.jsonl``'s rows of a run folder (none when it has no such file)."""
+    return _read_rows(run_dir / METRICS_FILE)
+
+
 def local_client_rows(run_dir: Path) -> list[dict[str, Any]]:
     """Each client's row of the local task (strategy ``local``), by client id.
 
@@ -116,7 +227,7 @@ def load_run(path: Path) -> RunInfo:
         status = _read_json(path / STATUS_FILE) or {}
         error = status.get("error") or "unfinished (no summary.json)"
     overrides = (point or {}).get("overrides") or {}
-    rows = _read_rows(path / METRICS_FILE)
+    rows = metrics_rows(path)
     return RunInfo(
         path, scenario or {}, overrides, summary, rows, error, local_client_rows(path)
     )

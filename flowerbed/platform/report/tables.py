@@ -85,14 +85,19 @@ def group_label(run: RunInfo, keys: Sequence[str]) -> str:
 def run_rows(
     runs: Sequence[RunInfo], metrics: Sequence[str], keys: Sequence[str]
 ) -> list[dict[str, Any]]:
-    """One row per finished run and source: the run, its group values, seed, final metrics."""
+    """One row per run and source: the run, its group values, seed, final metrics.
+
+    A partial run (no summary, rounds logged) has ``status`` ``partial`` and
+    its source says at which round its metrics are.
+    """
     rows = []
     for run in runs:
         for source, values in run.final().items():
             row: dict[str, Any] = {"run": run.name}
             row.update({k: _fmt_value(group_value(run, k)) for k in keys})
-            row.update({"seed": run.scenario.get("seed"), "source": source})
+            row.update({"seed": run.scenario.get("seed"), "source": run.source_label(source)})
             row.update({m: values.get(m) for m in metrics})
+            row["status"] = "partial" if run.partial else "done"
             rows.append(row)
     return rows
 
@@ -115,14 +120,19 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 def summary_rows(
     runs: Sequence[RunInfo], metrics: Sequence[str], keys: Sequence[str]
 ) -> list[dict[str, Any]]:
-    """Per group and source: ``n`` runs and each metric's mean and std over them."""
+    """Per group and source: ``n`` runs and each metric's mean and std over them.
+
+    Partial runs pool only with partial runs stopped at the same round (their
+    source label names it), never with finished ones.
+    """
     cells: dict[tuple[str, str], dict[str, list[float]]] = {}
     first: dict[str, RunInfo] = {}
     for run in runs:
         label = group_label(run, keys)
         first.setdefault(label, run)
         for source, values in run.final().items():
-            bucket = cells.setdefault((label, source), {m: [] for m in metrics})
+            key = (label, run.source_label(source))
+            bucket = cells.setdefault(key, {m: [] for m in metrics})
             for m in metrics:
                 if values.get(m) is not None:
                     bucket[m].append(float(values[m]))

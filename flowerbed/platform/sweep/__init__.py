@@ -39,6 +39,7 @@ from flowerbed.platform.sweep.folders import (
     STATUS_FILE,
     archive_attempt,
     point_state,
+    sweep_folder_of,
     write_plan,
 )
 from flowerbed.platform.sweep.plan import (
@@ -90,5 +91,6 @@ __all__ = [
     "run_inline_group",
     "run_simulation_group",
     "run_sweep",
+    "sweep_folder_of",
     "write_plan",
 ]

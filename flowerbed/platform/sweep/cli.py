@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flowerbed.platform.sweep.execute import SweepResult, group_points, run_sweep
-from flowerbed.platform.sweep.folders import point_state
+from flowerbed.platform.sweep.folders import point_state, sweep_folder_of
 from flowerbed.platform.sweep.plan import SweepPlan, format_value, load_plan
 from flowerbed.platform.sweep.progress import _headline
 
@@ -33,6 +34,13 @@ def plan_table(plan: SweepPlan, output_dir: str | Path | None = None) -> Table:
         cells = [escape(format_value(p.overrides[k])) for k in plan.keys]
         engine = p.scenario.engine.name
         table.add_row(str(p.index), p.folder_name(plan.width), *cells, engine, state)
+    return _never_cut(table)
+
+
+def _never_cut(table: Table) -> Table:
+    """Fold cells that do not fit onto more lines instead of cutting them with ``…``."""
+    for column in table.columns:
+        column.overflow = "fold"
     return table
 
 
@@ -42,24 +50,48 @@ def result_table(result: SweepResult, keys: Iterable[str]) -> Table:
     from rich.table import Table
 
     keys = list(keys)
-    table = Table("#", *keys, "status", "federated", "time (s)", title=f"sweep {result.root.name}")
+    # a dotted key's header on several lines leaves the metrics column room
+    heads = [escape(k).replace(".", ".\n") for k in keys]
+    table = Table("#", *heads, "status", "federated", "time (s)", title=f"sweep {result.root.name}")
     for r in result.points:
         cells = [escape(format_value(r.point.overrides[k])) for k in keys]
-        shown = r.error if r.status == "failed" else _headline(r.summary or {}, r.point.scenario)
-        table.add_row(str(r.point.index), *cells, r.status, escape(shown or ""), f"{r.wall_s:.1f}")
-    return table
+        if r.status == "failed":
+            shown = escape(r.error or "")
+        else:  # one metric a line: a narrow column then folds no number
+            shown = "\n".join(map(escape, _headline(r.summary or {}, r.point.scenario, r.folder)
+                                  .split()))
+        table.add_row(str(r.point.index), *cells, r.status, shown, f"{r.wall_s:.1f}")
+    return _never_cut(table)
+
+
+def _located(
+    plan: SweepPlan, file: str, output_dir: str | None, overrides: Iterable[str]
+) -> tuple[SweepPlan, str | Path | None]:
+    """The plan and output dir to use: a sweep folder's own ``sweep.yaml`` resumes in place.
+
+    An explicit ``--output-dir`` or ``--set output_dir=...`` still wins.
+    """
+    folder = sweep_folder_of(file)
+    chosen = output_dir is not None or any(
+        t.partition("=")[0].strip() == "output_dir" for t in overrides
+    )
+    if folder is None or chosen:
+        return plan, output_dir
+    return dataclasses.replace(plan, name=folder.name), folder.parent
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Plan (and unless ``--dry-run``, run) a sweep; exit status = failed points."""
     from rich.console import Console
 
-    plan = load_plan(args.file, args.overrides)
+    plan, output_dir = _located(
+        load_plan(args.file, args.overrides), args.file, args.output_dir, args.overrides
+    )
     console = Console()
     if args.dry_run:
-        console.print(plan_table(plan, args.output_dir))
+        console.print(plan_table(plan, output_dir))
         return 0
-    result = run_sweep(plan, args.output_dir, progress=not args.quiet)
+    result = run_sweep(plan, output_dir, progress=not args.quiet)
     failed, skipped = result.count("failed"), result.count("skipped")
     if not args.quiet:
         console.print(result_table(result, plan.keys))

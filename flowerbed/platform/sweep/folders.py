@@ -33,6 +33,18 @@ ATTEMPT_FILES = (
 )
 
 
+def sweep_folder_of(file: str | Path) -> Path | None:
+    """The sweep folder whose own copy of the sweep ``file`` is (its ``sweep.yaml``), if any.
+
+    Resuming from that copy resumes in the folder itself, wherever it was
+    moved or however it was renamed since it was written.
+    """
+    path = Path(file)
+    if path.name == SOURCE_FILE and (path.parent / PLAN_FILE).is_file():
+        return path.parent
+    return None
+
+
 def point_state(folder: Path, point: SweepPoint) -> str:
     """``done`` (summary with this digest), ``failed``, ``partial`` or ``new``."""
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from flowerbed.core.scenario import (
     Scenario,
     ScenarioError,
     apply_overrides,
+    load_yaml,
     parse_override,
     read_yaml,
     validate_scenario,
@@ -66,8 +68,17 @@ class SweepPoint:
 
     @property
     def digest(self) -> str:
-        """The resolved scenario's digest (also in its ``summary.json``)."""
+        """The resolved scenario's digest (also in its ``summary.json``).
+
+        It covers only what changes results, so points differing only in,
+        say, the engine share a digest (their folders differ by index).
+        """
         return self.scenario.digest()
+
+    @property
+    def identity(self) -> str:
+        """The whole resolved scenario as text: equal for points that are the same run."""
+        return json.dumps(self.scenario.to_dict(), sort_keys=True)
 
     def folder_name(self, width: int = 3) -> str:
         """``<index>-<digest>``, the index zero-padded to ``width``."""
@@ -158,13 +169,15 @@ def _resolve_points(
             for p in exc.problems:
                 problems.setdefault(p, []).append(i)
                 firsts.setdefault(p, label(combo))
+    # By identity, not digest: a sweep over engines (same numbers, other wall
+    # times) is a fair comparison, not a repeated point.
     seen: dict[str, int] = {}
     for pt in points:
-        if pt.digest in seen:
-            text = f"same resolved scenario as point {seen[pt.digest]}"
+        if pt.identity in seen:
+            text = f"same resolved scenario as point {seen[pt.identity]}"
             problems.setdefault(text, []).append(pt.index)
             firsts.setdefault(text, label(pt.overrides))
-        seen.setdefault(pt.digest, pt.index)
+        seen.setdefault(pt.identity, pt.index)
     if problems:
         raise ScenarioError(_point_problems(problems, firsts), source)
     return points
@@ -219,5 +232,5 @@ def expand(
 def load_plan(path: str | Path, overrides: Iterable[str] = ()) -> SweepPlan:
     """Read a scenario file (sweep block kept) and :func:`expand` it."""
     read_yaml(path)  # file and YAML errors, worded like plain runs
-    data = yaml.safe_load(Path(path).read_text())
+    data = load_yaml(Path(path).read_text())  # duplicate keys refused, as read_yaml does
     return expand(data, overrides, str(path))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flowerbed.core.scenario import Scenario
@@ -54,14 +55,26 @@ class SweepProgress:
         if result.status == "failed":
             text += escape(f": {result.error}")
         elif result.summary:
-            text += escape(f" {_headline(result.summary, p.scenario)}")
+            text += escape(f" {_headline(result.summary, p.scenario, result.folder)}")
         if result.status == "ok":
             text += f" ({result.wall_s:.1f} s)"
         self.console.print(text, highlight=False)
 
 
-def _headline(summary: dict[str, Any], scenario: Scenario) -> str:
-    """``accuracy=0.9312 loss=0.2100``: the federated test metrics the scenario summarises."""
-    federated = summary.get("results", {}).get("federated", {})
+def _headline(summary: dict[str, Any], scenario: Scenario, folder: Path | None = None) -> str:
+    """``accuracy=0.9312 loss=0.2100``: the federated metrics the scenario summarises.
+
+    A summary name only ``metrics.jsonl`` in ``folder`` has (``train/upload_bytes``)
+    is its last round there, as in ``flowerbed run``'s table.
+    """
+    from flowerbed.platform.report.summary_table import format_number
+
+    federated = dict(summary.get("results", {}).get("federated", {}))
     keys = scenario.metrics.summary_keys()
-    return " ".join(f"{k}={federated[m]:.4f}" for k, m in keys.items() if m in federated)
+    missing = [m for m in keys.values() if m not in federated]
+    if missing and folder is not None:
+        from flowerbed.platform.report.runs import latest_metrics, metrics_rows
+
+        logged = latest_metrics(metrics_rows(folder))
+        federated.update({m: logged[m] for m in missing if m in logged})
+    return " ".join(f"{k}={format_number(federated[m])}" for k, m in keys.items() if m in federated)

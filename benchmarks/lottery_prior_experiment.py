@@ -1,0 +1,308 @@
+"""Lottery Prior's small CPU experiment (spec methods_a §3.4; issue 32).
+
+Wu, You, Dragotti, Gündüz, "Lottery Prior: Randomized Neural Compression for
+Zero-Shot Inverse Problems", ICML 2026. The paper's numbers were not retrievable
+(spec §3.1), so the reference column is the paper's two qualitative claims and the
+spec's probe (§3.4a, camera 64×64, σ = 25): the S = 4 ensemble beats its mean member
+(+1.7 dB in the probe) and λ_R > 0 beats λ_R = 0 at convergence (+0.65 dB).
+
+What runs (per picture × task × seed): Lottery Prior (S = 4, λ_R by the discrepancy
+principle), its ablations (member 0 alone = S = 1; member 0's twin with λ_R = 0),
+scikit-image's classical restorers, BM3D (if installed), Deep Image Prior (last
+iterate, and the oracle best iterate). Then PSNR-vs-iteration curves for a longer
+fit, and the wall time and code size of one 256×256 restoration beside DIP's.
+
+Usage::
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/lottery_prior_experiment.py \
+        [--out benchmarks/results/lottery_prior] [--quick] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+IMAGES = ("camera", "astronaut", "coffee", "chelsea", "coins", "moon")
+TASKS = (("denoise", 15.0), ("denoise", 25.0), ("denoise", 50.0), ("sr", 10.0), ("inpaint", 10.0))
+METHODS = (
+    ("lp", "Lottery Prior (S=4)"), ("lp_weighted", "LP fit-weighted"),
+    ("lp_members", "LP mean member"), ("lp_single", "LP S=1"), ("lp_no_rate", "LP λ_R=0"),
+    ("input", "noisy / masked input"), ("bicubic", "bicubic"), ("tv", "TV (discrepancy)"),
+    ("nlm", "NL-means"), ("wavelet", "wavelet BayesShrink"), ("bm3d", "BM3D"),
+    ("biharmonic", "biharmonic"), ("dip", "DIP (last iterate)"), ("dip_oracle", "DIP (oracle stop)"),
+)  # fmt: skip
+PROBE = {"ensemble_gain_db": 1.68, "rate_gain_db": 0.65}
+
+
+def task_label(task: str, sigma: float) -> str:
+    return {"denoise": f"denoise σ={sigma:g}", "sr": f"SR ×2, σ={sigma:g}",
+            "inpaint": f"inpaint 50%, σ={sigma:g}"}[task]
+
+
+def _params(task: str, sigma: float, args: argparse.Namespace) -> Any:
+    from flowerbed.clients.lottery_prior_learner import LotteryPriorParams
+
+    return LotteryPriorParams(
+        task=task, sigma=sigma, iters=args.iters, polish_iters=args.iters // 10,
+        baselines=("input", "tv", "nlm", "wavelet", "bm3d", "bicubic", "biharmonic", "dip"),
+        dip_iters=args.dip_iters,
+    )
+
+
+def _clean(name: str, args: argparse.Namespace) -> np.ndarray:
+    from flowerbed.data.lottery_prior_data import load_picture, prepare
+
+    return prepare(load_picture(name), args.crop, args.size, True, name)
+
+
+def cell(job: tuple[str, str, float, int, argparse.Namespace]) -> dict[str, Any]:
+    """One picture × task × seed: every method, metrics (and images for seed 0)."""
+    import torch
+
+    from flowerbed.clients.lottery_prior_learner import observe, restore_image
+    from flowerbed.core.seeds import derive_seed
+
+    torch.set_num_threads(1)
+    name, task, sigma, seed, args = job
+    p = _params(task, sigma, args)
+    clean = _clean(name, args)
+    obs = observe(p, clean, seed, name)
+    res = restore_image(p, clean, obs, derive_seed(seed, "bench", name))
+    out: dict[str, Any] = {"image": name, "task": task, "sigma": sigma, "seed": seed,
+                           "metrics": res.metrics}
+    if seed == 0:
+        out["images"] = {k: v.tolist() for k, v in res.images.items()}
+        out["images"]["clean"] = clean.tolist()
+        shown = obs.y if task != "sr" else np.repeat(np.repeat(obs.y, 2, 1), 2, 2)
+        out["images"]["observed"] = np.clip(shown, 0, 1).tolist()
+    return out
+
+
+# --------------------------------------------------------------------------- tables
+def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per task and method: mean ± std over seeds of the mean over pictures."""
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    for task, sigma in TASKS:
+        key = task_label(task, sigma)
+        sel = [r for r in rows if r["task"] == task and r["sigma"] == sigma]
+        seeds = sorted({r["seed"] for r in sel})
+        table[key] = {}
+        for m, _ in METHODS:
+            for q in ("psnr", "ssim"):
+                per_seed = [np.mean([r["metrics"][f"{q}_{m}"] for r in sel
+                                     if r["seed"] == s and f"{q}_{m}" in r["metrics"]])
+                            for s in seeds]
+                per_seed = [v for v in per_seed if np.isfinite(v)]
+                if per_seed:
+                    table[key][f"{q}_{m}"] = {"mean": float(np.mean(per_seed)),
+                                              "std": float(np.std(per_seed))}
+        for extra in ("lp_bpp", "lp_bits", "lp_fit_ratio", "lp_lambda", "seconds_lp",
+                      "seconds_dip", "dip_params", "dip_oracle_iter"):
+            vals = [r["metrics"][extra] for r in sel if extra in r["metrics"]]
+            if vals:
+                table[key][extra] = {"mean": float(np.mean(vals)), "std": float(np.std(vals))}
+    return table
+
+
+def claims(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The paper's two claims, cell by cell (picture × task × seed)."""
+    def gap(a: str, b: str) -> dict[str, float]:
+        d = np.array([r["metrics"][f"psnr_{a}"] - r["metrics"][f"psnr_{b}"] for r in rows])
+        return {"mean_db": float(d.mean()), "min_db": float(d.min()), "wins": int((d > 0).sum()),
+                "cells": len(d)}
+
+    return {"ensemble_vs_mean_member": gap("lp", "lp_members"),
+            "ensemble_vs_single": gap("lp", "lp_single"),
+            "rate_vs_no_rate": gap("lp_single", "lp_no_rate"),
+            "weighted_vs_mean_ensemble": gap("lp_weighted", "lp")}
+
+
+def markdown(table: dict[str, Any], claim: dict[str, Any], meta: dict[str, Any]) -> str:
+    tasks = list(table)
+    lines = [f"# Lottery Prior — {meta['size']}×{meta['size']} grey crops, "
+             f"{len(meta['images'])} pictures × {len(meta['seeds'])} seeds",
+             "", "PSNR (dB) / SSIM, mean ± std over seeds of the mean over pictures.", "",
+             "| method | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
+    for m, label in METHODS:
+        cells = []
+        for t in tasks:
+            p, s = table[t].get(f"psnr_{m}"), table[t].get(f"ssim_{m}")
+            cells.append("–" if p is None else
+                         f"{p['mean']:.2f} ± {p['std']:.2f} / {s['mean']:.3f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "| claim | paper / probe | ours: mean gap (dB) | wins / cells | worst (dB) |",
+              "|---|---|---|---|---|"]
+    ref = {"ensemble_vs_mean_member": f"ensemble > mean member (probe +{PROBE['ensemble_gain_db']})",
+           "ensemble_vs_single": "ensemble > one network",
+           "rate_vs_no_rate": f"λ_R > 0 > λ_R = 0 at convergence (probe +{PROBE['rate_gain_db']})",
+           "weighted_vs_mean_ensemble": "fit-weighted vs plain mean (spec: optional)"}
+    for k, v in claim.items():
+        lines.append(f"| {k} | {ref[k]} | {v['mean_db']:+.2f} | {v['wins']}/{v['cells']} | "
+                     f"{v['min_db']:+.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- figures
+def crops_figure(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = ("clean", "observed", "lp", "lp_single", "lp_no_rate", "best_classical", "dip_oracle")
+    titles = {"clean": "clean", "observed": "observed", "lp": "Lottery Prior S=4",
+              "lp_single": "LP S=1", "lp_no_rate": "LP λ_R=0", "dip_oracle": "DIP (oracle)"}
+    sel = [r for r in rows if r["seed"] == 0 and r["image"] == "camera"]
+    sel.sort(key=lambda r: [t for t, _ in TASKS].index(r["task"]) * 100 + r["sigma"])
+    fig, axes = plt.subplots(len(sel), len(shown), figsize=(1.9 * len(shown), 2.1 * len(sel)))
+    for i, r in enumerate(sel):
+        classical = {"denoise": "bm3d", "sr": "bicubic", "inpaint": "biharmonic"}[r["task"]]
+        for j, k in enumerate(shown):
+            key = classical if k == "best_classical" else k
+            img = np.asarray(r["images"][key])[0]
+            ax = axes[i, j]
+            ax.imshow(img, cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            title = titles.get(key, {"bm3d": "BM3D", "bicubic": "bicubic",
+                                     "biharmonic": "biharmonic"}.get(key, key))
+            psnr = r["metrics"].get(f"psnr_{key}")
+            ax.set_title(title + ("" if psnr is None else f"\n{psnr:.2f} dB"), fontsize=8)
+            if j == 0:
+                ax.set_ylabel(task_label(r["task"], r["sigma"]), fontsize=8)
+    fig.suptitle("camera (48×48), seed 0: restorations and PSNR", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def curves(args: argparse.Namespace) -> dict[str, Any]:
+    """Longer fits on two pictures (denoise σ=25): PSNR every 25 iterations."""
+    import torch
+
+    from flowerbed.clients.lottery_prior_learner import LotteryPriorParams, observe, restore_image
+
+    torch.set_num_threads(1)
+    out: dict[str, Any] = {}
+    for name in ("camera", "coins"):
+        p = LotteryPriorParams(task="denoise", sigma=25.0, iters=args.curve_iters,
+                               polish_iters=0, ensemble_size=1, baselines=("dip",),
+                               dip_iters=args.curve_iters)
+        clean = _clean(name, args)
+        res = restore_image(p, clean, observe(p, clean, 0, name), 7, track_every=25)
+        out[name] = {k: v for k, v in res.curves.items()}
+        out[name]["noisy_psnr"] = float(
+            10 * np.log10(1 / np.mean((observe(p, clean, 0, name).y - clean) ** 2)))
+    return out
+
+
+def curves_figure(data: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(data), figsize=(5.2 * len(data), 3.6))
+    style = {"lp_single": ("Lottery Prior, λ_R by discrepancy", "C0"),
+             "lp_no_rate": ("same network, λ_R = 0", "C3"), "dip": ("Deep Image Prior", "C2")}
+    for ax, (name, c) in zip(np.atleast_1d(axes), data.items(), strict=True):
+        for key, (label, color) in style.items():
+            if key in c and c[key]:
+                it, v = zip(*c[key], strict=True)
+                ax.plot(it, v, label=label, color=color)
+        ax.axhline(c["noisy_psnr"], color="grey", ls=":", label="noisy input")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("PSNR (dB)")
+        ax.set_title(f"{name} 48×48, denoise σ=25")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def timing_256(iters: int) -> dict[str, Any]:
+    """Seconds per iteration (2 threads) of one member and of DIP on a 256×256 picture."""
+    import torch
+
+    from flowerbed.algorithms import lottery_prior as lp
+    from flowerbed.algorithms.lottery_prior_baselines import fit_dip
+    from flowerbed.algorithms.lottery_prior_net import NetConfig
+    from flowerbed.data.lottery_prior_data import degrade, load_picture, prepare
+    from flowerbed.models.dip_unet import DipUNet, parameter_count
+
+    torch.set_num_threads(2)
+    clean = prepare(load_picture("camera"), 256, 256, True)
+    obs = degrade(clean, "denoise", 25 / 255, 0)
+    net = lp.with_size(NetConfig(1, 1), 1, 256, 256)
+    t = time.perf_counter()
+    res = lp.fit_family(obs.y, obs.op, obs.sigma, net, [(0, "discrepancy")],
+                        lp.FitConfig(iters=iters, polish_iters=0))
+    lp_s = (time.perf_counter() - t) / iters
+    fam = lp.LotteryFamily(net, [0])
+    psi = sum(p[0].numel() for p in fam.psi.values())
+    latents = sum(z[0].numel() for z in fam.latents)
+    unet = DipUNet(32, 1, 16, 4)
+    t = time.perf_counter()
+    fit_dip(unet, obs.y, obs.op, clean.shape, clean, iters=iters, track_every=iters)
+    dip_s = (time.perf_counter() - t) / iters
+    return {"lp_seconds_per_iter": lp_s, "dip_seconds_per_iter": dip_s,
+            "lp_frozen_weights": lp.frozen_count(net), "lp_mask_bits": res[0].mask_bits,
+            "lp_psi_params": psi, "lp_latents": latents, "dip_params": parameter_count(unet),
+            "threads": 2, "timed_iters": iters}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/lottery_prior"))
+    ap.add_argument("--quick", action="store_true", help="2 pictures, 1 seed, short fits")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--size", type=int, default=48)
+    ap.add_argument("--crop", type=int, default=96)
+    ap.add_argument("--iters", type=int, default=500)
+    ap.add_argument("--dip-iters", type=int, default=800)
+    ap.add_argument("--curve-iters", type=int, default=2000)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    args = ap.parse_args()
+    images = IMAGES
+    if args.quick:
+        images, args.seeds = IMAGES[:2], [0]
+        args.iters, args.dip_iters, args.curve_iters = 60, 60, 100
+    args.out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    start = time.perf_counter()
+    jobs = [(n, t, s, seed, args) for seed in args.seeds for t, s in TASKS for n in images]
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        rows = list(pool.map(cell, jobs))
+    grid_s = time.perf_counter() - start
+    table, claim = summarise(rows), claims(rows)
+    meta = {"size": args.size, "crop": args.crop, "images": list(images), "seeds": args.seeds,
+            "iters": args.iters, "dip_iters": args.dip_iters, "grid_seconds": grid_s,
+            "workers": args.workers, "load_avg": os.getloadavg()[0]}
+    crops_figure(rows, args.out / "lottery_prior_crops.png")
+    t = time.perf_counter()
+    curve = curves(args)
+    curves_figure(curve, args.out / "lottery_prior_curves.png")
+    meta["curve_seconds"] = time.perf_counter() - t
+    timing = timing_256(20 if args.quick else 50)
+    md = markdown(table, claim, meta)
+    md += "\n" + json.dumps({"timing_256": timing, "meta": meta}, indent=1) + "\n"
+    (args.out / "lottery_prior.md").write_text(md)
+    slim = [{k: v for k, v in r.items() if k != "images"} for r in rows]
+    (args.out / "lottery_prior.json").write_text(json.dumps(
+        {"table": table, "claims": claim, "timing_256": timing, "meta": meta, "rows": slim,
+         "curves": curve}, indent=1))
+    print(md)
+    print(f"wall time {time.perf_counter() - start:.0f} s (grid {grid_s:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""Coreset ICL plumbing: texts to embeddings, per-query demonstration prompts, LM scoring.
+
+Used by the ``coreset_icl`` learner (and the benchmark). Prompts are written
+with :class:`flowerbed.models.icl.Template` (one demonstration per selected
+example, the query cut before its label); each query has its own
+demonstrations (retrieved from the bank or drawn from it), so no prefix is
+shared and prompts are scored in length-sorted batches. A prediction ranks the
+task's label words: by the log-prob of the first token after the prompt when
+every label word is one distinct token (one forward pass, only the last
+position's logits computed for a transformers model), else by the summed
+log-prob of the whole word (:meth:`~flowerbed.models.lm.CausalLM.score_ids`).
+
+Embeddings: ``minilm`` (:mod:`flowerbed.models.minilm`, unit-norm 384-d) or
+``lm_mean`` (the LM's hidden states at one layer, averaged over the text's
+tokens, unit norm). Both are memoised per text in the process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from flowerbed.models.icl import Example, Template
+
+if TYPE_CHECKING:
+    import torch
+
+    from flowerbed.models.lm import CausalLM
+
+Embedding = Literal["minilm", "lm_mean"]
+
+_MEMO: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
+
+
+def clean(text: str, max_words: int) -> str:
+    r"""Whitespace runs to one space, at most ``max_words`` words (``0``: all).
+
+    Examples
+    --------
+    >>> clean("a  quote\\n  over two lines", 3)
+    'a quote over'
+    """
+    words = re.split(r"\s+", text.strip())
+    return " ".join(words[:max_words] if max_words > 0 else words)
+
+
+def label_words(class_names: Sequence[str], override: Sequence[str] = ()) -> list[str]:
+    """What each class is written as: ``override``, else the name after its last ``.``.
+
+    Examples
+    --------
+    >>> label_words(["noun.animal", "noun.food"])
+    ['animal', 'food']
+    """
+    if override:
+        if len(override) != len(class_names):
+            raise ValueError(f"label_words has {len(override)} entries for "
+                             f"{len(class_names)} classes {list(class_names)}")
+        return list(override)
+    return [c.rsplit(".", 1)[-1].replace("_", " ") for c in class_names]
+
+
+# --- texts through messages ------------------------------------------------------------------
+
+
+def pack_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """UTF-8 bytes of all texts (uint8) and the ``len + 1`` offsets (int64)."""
+    raw = [t.encode("utf-8") for t in texts]
+    offsets = np.concatenate([[0], np.cumsum([len(r) for r in raw], dtype=np.int64)])
+    return np.frombuffer(b"".join(raw), dtype=np.uint8).copy(), offsets.astype(np.int64)
+
+
+def unpack_texts(data: np.ndarray, offsets: np.ndarray) -> list[str]:
+    """Inverse of :func:`pack_texts`."""
+    raw = np.asarray(data, dtype=np.uint8).tobytes()
+    return [raw[int(a) : int(b)].decode("utf-8") for a, b in itertools.pairwise(offsets)]
+
+
+# --- embeddings ------------------------------------------------------------------------------
+
+
+def embed(texts: Sequence[str], kind: Embedding, lm: CausalLM | None = None,
+          layer: int = -1, key: str = "") -> np.ndarray:
+    """``(n, d)`` unit-norm float32 embeddings, memoised per text (``key`` names the LM)."""
+    memo = _MEMO.setdefault((kind, key, str(layer)), {})
+    todo = sorted({t for t in texts if t not in memo})
+    if todo:
+        if kind == "minilm":
+            from flowerbed.models.minilm import load_sentence_encoder
+
+            vecs = load_sentence_encoder().encode(todo).numpy()
+        else:
+            if lm is None:
+                raise ValueError("embedding lm_mean needs the language model")
+            vecs = _lm_mean(lm, todo, layer)
+        memo.update(zip(todo, vecs.astype(np.float32), strict=True))
+    if not texts:
+        return np.zeros((0, 1), dtype=np.float32)
+    return np.stack([memo[t] for t in texts])
+
+
+def _lm_mean(lm: CausalLM, texts: Sequence[str], layer: int, batch: int = 16) -> np.ndarray:
+    """Mean over each text's tokens of the residual stream after block ``layer``, unit norm."""
+    import torch
+
+    ids = [lm.encode(t) or [lm.bos_id or 0] for t in texts]
+    out = []
+    for i in range(0, len(ids), batch):
+        rows = ids[i : i + batch]
+        h = lm.hidden_states(rows, padding="right")[layer if layer < 0 else layer + 1]
+        mask = torch.zeros(h.shape[:2])
+        for b, r in enumerate(rows):
+            mask[b, : len(r)] = 1.0
+        mean = (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+        out.append(torch.nn.functional.normalize(mean, dim=-1).numpy())
+    return np.concatenate(out)
+
+
+# --- scoring ---------------------------------------------------------------------------------
+
+
+def prompts(template: Template, instruction: str, bank_x: Sequence[str],
+            bank_words: Sequence[str], demos: np.ndarray, queries: Sequence[str]
+            ) -> list[tuple[str, str]]:
+    """Per query: (instruction + its demonstrations (a row of ``demos``), the query)."""
+    out = []
+    for q, row in zip(queries, demos, strict=True):
+        shown = [Example(bank_x[int(i)], (bank_words[int(i)],)) for i in row]
+        out.append((instruction + template.prefix(shown), template.query(q)))
+    return out
+
+
+def _single_tokens(lm: CausalLM, candidates: Sequence[str]) -> list[int] | None:
+    ids = [lm.encode(c) for c in candidates]
+    firsts = [r[0] for r in ids if len(r) == 1]
+    return firsts if len(firsts) == len(ids) and len(set(firsts)) == len(ids) else None
+
+
+def last_logprobs(lm: CausalLM, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+    """``(B, V)`` next-token log-probs after each row (left-padded, one pass).
+
+    For a transformers model only the last position's logits are computed
+    (``logits_to_keep=1``); any other backend goes through
+    :meth:`~flowerbed.models.lm.CausalLM.next_token_logprobs`. Same numbers.
+    """
+    import torch
+
+    from flowerbed.models.lm_transformers import TransformersLM
+
+    if not isinstance(lm, TransformersLM):
+        return lm.next_token_logprobs(rows)
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), lm.pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids[b, width - len(r):] = torch.as_tensor(list(r), dtype=torch.long)
+        mask[b, width - len(r):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        out = lm.module(input_ids=ids, attention_mask=mask, position_ids=positions,
+                        use_cache=False, logits_to_keep=1)
+    return torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+
+
+def score(lm: CausalLM, pairs: Sequence[tuple[str, str]], candidates: Sequence[str],
+          batch_size: int = 16) -> np.ndarray:
+    """``(n, C)`` log-prob of each candidate (with its leading separator) after each prompt.
+
+    A prompt is ``(prefix, query)``, tokenized apart and fed as one row. With
+    single distinct candidate tokens the first-token log-probs are read, and
+    queries sharing a prefix reuse its KV cache (prefilled once, expanded per
+    batch); otherwise whole candidates are scored
+    (:meth:`~flowerbed.models.lm.CausalLM.score_ids`).
+    """
+    out = np.zeros((len(pairs), len(candidates)))
+    if not pairs:
+        return out
+    enc: dict[str, list[int]] = {}
+
+    def ids(text: str) -> list[int]:
+        if text not in enc:
+            enc[text] = lm.encode(text)
+        return enc[text]
+
+    single = _single_tokens(lm, candidates)
+    groups: dict[str, list[int]] = {}
+    for i, (prefix, _) in enumerate(pairs):
+        groups.setdefault(prefix, []).append(i)
+    alone: list[int] = []
+    for prefix, members in groups.items():
+        if single is not None and len(members) > 1 and ids(prefix):
+            state = lm.start([ids(prefix)])
+            for s in range(0, len(members), batch_size):
+                chunk = members[s : s + batch_size]
+                rows = [ids(pairs[i][1]) for i in chunk]
+                _, after = lm.extend(lm.expand(state, len(chunk)), rows)
+                out[chunk] = after.logprobs[:, single].numpy()
+        else:
+            alone += members
+    rows_all = {i: (ids(pairs[i][0]) + ids(pairs[i][1])) or [lm.bos_id or 0] for i in alone}
+    order = sorted(alone, key=lambda i: len(rows_all[i]))
+    cand_ids = [lm.encode(c) for c in candidates]
+    for s in range(0, len(order), batch_size):
+        chunk = order[s : s + batch_size]
+        rows = [rows_all[i] for i in chunk]
+        if single is not None:
+            out[chunk] = last_logprobs(lm, rows)[:, single].numpy()
+            continue
+        flat = lm.score_ids([r for r in rows for _ in cand_ids],
+                            [c for _ in rows for c in cand_ids])
+        out[chunk] = np.asarray([x.total for x in flat]).reshape(len(rows), len(cand_ids))
+    return out
+
+
+def predict(lm: CausalLM, pairs: Sequence[tuple[str, str]], candidates: Sequence[str],
+            batch_size: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted candidate index and its probability normalised over the candidates."""
+    if not pairs:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    s = score(lm, pairs, candidates, batch_size)
+    z = s - s.max(axis=1, keepdims=True)
+    p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    return s.argmax(axis=1), p.max(axis=1)

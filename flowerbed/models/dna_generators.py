@@ -1,0 +1,176 @@
+"""``flowerbed pretrain dna_generator``: the local image generators DNA's fakes come from.
+
+DNA (arXiv 2601.22515) is evaluated on images of many generators; none can be had
+offline, so four families are trained here on the real images' generator part
+(:func:`flowerbed.data.dna_data.real_images`): ``vae`` (conditional convolutional
+VAE), ``tconv_ae`` (autoencoder with a transposed-convolution decoder; its fakes are
+reconstructions of real images it never trained on), ``flow`` (conditional flow
+matching, a small U-Net, Euler sampling) and ``pca`` (per-class PCA-Gaussian sampler,
+no training). The artefact is a bank of generated 28x28 images with their semantic
+classes (``images`` uint8, ``labels``), cached under ``cache_dir()/dna/`` by a hash of
+the parameters, built on first use; the networks are in
+:mod:`flowerbed.models.dna_generator_nets`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from flowerbed.core.artefacts import PretrainTarget
+from flowerbed.core.cache import cached_file
+from flowerbed.core.registry import Params
+from flowerbed.core.seeds import derive_seed, rng
+from flowerbed.data.dna_data import Family, Source, real_images, semantic_names
+from flowerbed.data.image_data import FASHION_DIR
+from flowerbed.models.vlm import params_hash, save_atomic
+
+logger = logging.getLogger("flowerbed.pretrain")
+
+#: Training steps per family when ``steps`` is not given (measured on 2 CPU cores:
+#: about 2, 2 and 10 minutes).
+DEFAULT_STEPS = {"vae": 3000, "tconv_ae": 3000, "flow": 5000, "pca": 0}
+ARTEFACT_FORMAT = 1
+
+
+class DnaGeneratorParams(Params):
+    """Everything that determines a generator's bank (its cache key)."""
+
+    family: Family = "vae"
+    source: Source = "fashion_mnist"
+    steps: int | None = Field(None, ge=0, description="optimiser steps (default per family)")
+    batch_size: int = Field(128, ge=2)
+    lr: float = Field(1e-3, gt=0)
+    width: int = Field(32, ge=8, description="channels of the first layer (a multiple of 8)")
+    latent: int = Field(16, ge=2, description="latent width (vae, tconv_ae)")
+    pca_components: int = Field(40, ge=1)
+    train_rows: int = Field(20000, ge=16, description="generator-part images trained on")
+    bank_size: int = Field(3000, ge=10, description="generated images kept")
+    sample_steps: int = Field(32, ge=1, description="Euler steps (flow)")
+    seed: int = 0
+    data_path: str = Field(FASHION_DIR, description="Fashion-MNIST folder")
+
+
+def _steps(p: DnaGeneratorParams) -> int:
+    return DEFAULT_STEPS[p.family] if p.steps is None else p.steps
+
+
+def _pca_bank(x: np.ndarray, y: np.ndarray, labels: np.ndarray, p: DnaGeneratorParams
+              ) -> np.ndarray:
+    """Per class: Gaussian coefficients on the top principal components, reconstructed."""
+    out = np.zeros((len(labels), x.shape[1] * x.shape[2]), np.float32)
+    gen = rng(p.seed, "dna_generator", "pca")
+    for c in np.unique(labels):
+        rows = x[y == c].reshape(int((y == c).sum()), -1).astype(np.float64)
+        mean = rows.mean(axis=0)
+        _, s, vt = np.linalg.svd(rows - mean, full_matrices=False)
+        k = min(p.pca_components, len(s))
+        sd = s[:k] / np.sqrt(max(len(rows) - 1, 1))
+        want = labels == c
+        coef = gen.standard_normal((int(want.sum()), k)) * sd
+        out[want] = mean + coef @ vt[:k]
+    return np.clip(out, 0.0, 1.0).reshape(len(labels), x.shape[1], x.shape[2])
+
+
+def _train(net: Any, x: np.ndarray, y: np.ndarray, p: DnaGeneratorParams) -> list[float]:
+    """``_steps(p)`` Adam steps on random batches of ``(x, y)``; the loss every step."""
+    import torch
+
+    xt = torch.as_tensor(x[:, None])
+    yt = torch.as_tensor(y)
+    opt = torch.optim.Adam(net.parameters(), lr=p.lr)
+    steps = _steps(p)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(steps, 1))
+    batches = rng(p.seed, "dna_generator", "batches")
+    losses, start = [], time.perf_counter()
+    for step in range(steps):
+        b = torch.as_tensor(batches.integers(0, len(x), size=p.batch_size))
+        loss = net.loss(xt[b], yt[b])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(float(loss))
+        if (step + 1) % 500 == 0:
+            logger.warning("dna_generator %s: step %d/%d, loss %.4f (%.0f s)", p.family,
+                           step + 1, steps, np.mean(losses[-100:]), time.perf_counter() - start)
+    net.eval()
+    return losses
+
+
+def make_bank(p: DnaGeneratorParams) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """Train the generator of ``p`` and return its bank ``(images in [0, 1], labels)``."""
+    import torch
+
+    from flowerbed.models import dna_generator_nets as nets
+
+    x, y = real_images(p.source, "generator", p.train_rows, p.seed, p.data_path)
+    classes = len(semantic_names(p.source))
+    labels = np.arange(p.bank_size) % classes
+    metrics: dict[str, float] = {"train_images": float(len(x))}
+    start = time.perf_counter()
+    if p.family == "pca":
+        return _pca_bank(x, y, labels, p), labels, metrics
+    if p.family == "tconv_ae":
+        # Reconstructions of real images the autoencoder never saw.
+        rec, labels = real_images(p.source, "reconstruct", p.bank_size, p.seed, p.data_path)
+        if len(rec) < p.bank_size:
+            raise ValueError(f"dna_generator tconv_ae: the reconstruct part has {len(rec)} "
+                             f"images, bank_size={p.bank_size}")
+    with torch.random.fork_rng():
+        torch.manual_seed(derive_seed(p.seed, "dna_generator", p.family) % 2**63)
+        net: Any
+        if p.family == "vae":
+            net = nets.CondVAE(p.latent, classes, p.width)
+        elif p.family == "tconv_ae":
+            net = nets.TconvAE(p.latent, p.width)
+        else:
+            net = nets.FlowNet(classes, p.width)
+        losses = _train(net, x, y, p)
+        gen = torch.Generator().manual_seed(derive_seed(p.seed, "dna_generator", "sample") % 2**63)
+        parts = []
+        with torch.no_grad():
+            for i in range(0, p.bank_size, 500):
+                c = torch.as_tensor(labels[i : i + 500])
+                if p.family == "vae":
+                    parts.append(net.sample(c, gen))
+                elif p.family == "flow":
+                    parts.append(net.sample(c, gen, p.sample_steps))
+                else:
+                    parts.append(net(torch.as_tensor(rec[i : i + 500, None])))
+    images = torch.cat(parts)[:, 0].numpy()
+    metrics |= {"train_s": time.perf_counter() - start,
+                "final_loss": float(np.mean(losses[-100:])) if losses else float("nan")}
+    return images, np.asarray(labels, dtype=np.int64), metrics
+
+
+def pretrain(p: DnaGeneratorParams, out: Path) -> dict[str, float]:
+    """Train, generate the bank and write it (uint8 images, labels, params, metrics)."""
+    images, labels, metrics = make_bank(p)
+    blob = {"images": np.round(np.clip(images, 0, 1) * 255).astype(np.uint8),
+            "labels": labels, "format": np.array(ARTEFACT_FORMAT),
+            "params": np.array(p.model_dump_json()), "metrics": np.array(json.dumps(metrics))}
+
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as fh:
+            np.savez_compressed(fh, **blob)
+
+    save_atomic(out, write)
+    return metrics
+
+
+def default_path(p: DnaGeneratorParams) -> Path:
+    """``cache_dir()/dna/<family>-<source>-<params hash>.npz``."""
+    return cached_file("dna", f"{p.family}-{p.source}-{params_hash(p)}.npz")
+
+
+PRETRAIN_TARGET = PretrainTarget(
+    name="dna_generator", params=DnaGeneratorParams, run=pretrain, default_path=default_path,
+    help="a local image generator (vae, tconv_ae, flow, pca) and its bank of fakes for DNA",
+)
