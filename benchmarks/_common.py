@@ -256,8 +256,9 @@ def simulate(
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
 
+    from flowerbed.platform.console import quiet_flower
     from flowerbed.platform.linkstate import indexed_link_state
-    from flowerbed.platform.runner import quiet_flower, worker_threads
+    from flowerbed.platform.runner import worker_threads
 
     app = ServerApp()
     run = SimRun(label, time.perf_counter(), load=load_avg())

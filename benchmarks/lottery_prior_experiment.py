@@ -3,14 +3,14 @@
 Wu, You, Dragotti, Gündüz, "Lottery Prior: Randomized Neural Compression for
 Zero-Shot Inverse Problems", ICML 2026. The paper's numbers were not retrievable
 (spec §3.1), so the reference column is the paper's two qualitative claims and the
-spec's probe (§3.4a, camera 64×64, σ = 25): the S = 4 ensemble beats its mean member
+spec's probe (§3.4a, camera 64x64, sigma = 25): the S = 4 ensemble beats its mean member
 (+1.7 dB in the probe) and λ_R > 0 beats λ_R = 0 at convergence (+0.65 dB).
 
-What runs (per picture × task × seed): Lottery Prior (S = 4, λ_R by the discrepancy
+What runs (per picture x task x seed): Lottery Prior (S = 4, λ_R by the discrepancy
 principle), its ablations (member 0 alone = S = 1; member 0's twin with λ_R = 0),
 scikit-image's classical restorers, BM3D (if installed), Deep Image Prior (last
 iterate, and the oracle best iterate). Then PSNR-vs-iteration curves for a longer
-fit, and the wall time and code size of one 256×256 restoration beside DIP's.
+fit, and the wall time and code size of one 256x256 restoration beside DIP's.
 
 Usage::
 
@@ -37,14 +37,15 @@ METHODS = (
     ("lp_members", "LP mean member"), ("lp_single", "LP S=1"), ("lp_no_rate", "LP λ_R=0"),
     ("input", "noisy / masked input"), ("bicubic", "bicubic"), ("tv", "TV (discrepancy)"),
     ("nlm", "NL-means"), ("wavelet", "wavelet BayesShrink"), ("bm3d", "BM3D"),
-    ("biharmonic", "biharmonic"), ("dip", "DIP (last iterate)"), ("dip_oracle", "DIP (oracle stop)"),
+    ("biharmonic", "biharmonic"), ("dip", "DIP (last iterate)"),
+    ("dip_oracle", "DIP (oracle stop)"),
 )  # fmt: skip
 PROBE = {"ensemble_gain_db": 1.68, "rate_gain_db": 0.65}
 
 
 def task_label(task: str, sigma: float) -> str:
-    return {"denoise": f"denoise σ={sigma:g}", "sr": f"SR ×2, σ={sigma:g}",
-            "inpaint": f"inpaint 50%, σ={sigma:g}"}[task]
+    return {"denoise": f"denoise \u03c3={sigma:g}", "sr": f"SR \u00d72, \u03c3={sigma:g}",
+            "inpaint": f"inpaint 50%, \u03c3={sigma:g}"}[task]
 
 
 def _params(task: str, sigma: float, args: argparse.Namespace) -> Any:
@@ -64,7 +65,7 @@ def _clean(name: str, args: argparse.Namespace) -> np.ndarray:
 
 
 def cell(job: tuple[str, str, float, int, argparse.Namespace]) -> dict[str, Any]:
-    """One picture × task × seed: every method, metrics (and images for seed 0)."""
+    """One picture x task x seed: every method, metrics (and images for seed 0)."""
     import torch
 
     from flowerbed.clients.lottery_prior_learner import observe, restore_image
@@ -113,7 +114,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float
 
 
 def claims(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The paper's two claims, cell by cell (picture × task × seed)."""
+    """The paper's two claims, cell by cell (picture x task x seed)."""
     def gap(a: str, b: str) -> dict[str, float]:
         d = np.array([r["metrics"][f"psnr_{a}"] - r["metrics"][f"psnr_{b}"] for r in rows])
         return {"mean_db": float(d.mean()), "min_db": float(d.min()), "wins": int((d > 0).sum()),
@@ -127,20 +128,21 @@ def claims(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def markdown(table: dict[str, Any], claim: dict[str, Any], meta: dict[str, Any]) -> str:
     tasks = list(table)
-    lines = [f"# Lottery Prior — {meta['size']}×{meta['size']} grey crops, "
-             f"{len(meta['images'])} pictures × {len(meta['seeds'])} seeds",
+    lines = [f"# Lottery Prior — {meta['size']}\u00d7{meta['size']} grey crops, "
+             f"{len(meta['images'])} pictures \u00d7 {len(meta['seeds'])} seeds",
              "", "PSNR (dB) / SSIM, mean ± std over seeds of the mean over pictures.", "",
              "| method | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
     for m, label in METHODS:
         cells = []
         for t in tasks:
             p, s = table[t].get(f"psnr_{m}"), table[t].get(f"ssim_{m}")
-            cells.append("–" if p is None else
+            cells.append("\u2013" if p is None else
                          f"{p['mean']:.2f} ± {p['std']:.2f} / {s['mean']:.3f}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "| claim | paper / probe | ours: mean gap (dB) | wins / cells | worst (dB) |",
               "|---|---|---|---|---|"]
-    ref = {"ensemble_vs_mean_member": f"ensemble > mean member (probe +{PROBE['ensemble_gain_db']})",
+    gain = PROBE["ensemble_gain_db"]
+    ref = {"ensemble_vs_mean_member": f"ensemble > mean member (probe +{gain})",
            "ensemble_vs_single": "ensemble > one network",
            "rate_vs_no_rate": f"λ_R > 0 > λ_R = 0 at convergence (probe +{PROBE['rate_gain_db']})",
            "weighted_vs_mean_ensemble": "fit-weighted vs plain mean (spec: optional)"}
@@ -178,14 +180,14 @@ def crops_figure(rows: list[dict[str, Any]], path: Path) -> None:
             ax.set_title(title + ("" if psnr is None else f"\n{psnr:.2f} dB"), fontsize=8)
             if j == 0:
                 ax.set_ylabel(task_label(r["task"], r["sigma"]), fontsize=8)
-    fig.suptitle("camera (48×48), seed 0: restorations and PSNR", fontsize=10)
+    fig.suptitle("camera (48\u00d748), seed 0: restorations and PSNR", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
 
 
 def curves(args: argparse.Namespace) -> dict[str, Any]:
-    """Longer fits on two pictures (denoise σ=25): PSNR every 25 iterations."""
+    """Longer fits on two pictures (denoise sigma=25): PSNR every 25 iterations."""
     import torch
 
     from flowerbed.clients.lottery_prior_learner import LotteryPriorParams, observe, restore_image
@@ -215,22 +217,22 @@ def curves_figure(data: dict[str, Any], path: Path) -> None:
              "lp_no_rate": ("same network, λ_R = 0", "C3"), "dip": ("Deep Image Prior", "C2")}
     for ax, (name, c) in zip(np.atleast_1d(axes), data.items(), strict=True):
         for key, (label, color) in style.items():
-            if key in c and c[key]:
+            if c.get(key):
                 it, v = zip(*c[key], strict=True)
                 ax.plot(it, v, label=label, color=color)
         ax.axhline(c["noisy_psnr"], color="grey", ls=":", label="noisy input")
         ax.set_xlabel("iteration")
         ax.set_ylabel("PSNR (dB)")
-        ax.set_title(f"{name} 48×48, denoise σ=25")
+        ax.set_title(f"{name} 48\u00d748, denoise \u03c3=25")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
 
 
-def timing_256(iters: int) -> dict[str, Any]:
-    """Seconds per iteration (2 threads) of one member and of DIP on a 256×256 picture."""
+def timing_256(iters: int, threads: int = 2) -> dict[str, Any]:
+    """Wall and CPU seconds per iteration of one member and of DIP on a 256x256 picture."""
     import torch
 
     from flowerbed.algorithms import lottery_prior as lp
@@ -239,25 +241,26 @@ def timing_256(iters: int) -> dict[str, Any]:
     from flowerbed.data.lottery_prior_data import degrade, load_picture, prepare
     from flowerbed.models.dip_unet import DipUNet, parameter_count
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads)
     clean = prepare(load_picture("camera"), 256, 256, True)
     obs = degrade(clean, "denoise", 25 / 255, 0)
     net = lp.with_size(NetConfig(1, 1), 1, 256, 256)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     res = lp.fit_family(obs.y, obs.op, obs.sigma, net, [(0, "discrepancy")],
                         lp.FitConfig(iters=iters, polish_iters=0))
-    lp_s = (time.perf_counter() - t) / iters
+    lp_wall, lp_cpu = (time.perf_counter() - t) / iters, (time.process_time() - c) / iters
     fam = lp.LotteryFamily(net, [0])
     psi = sum(p[0].numel() for p in fam.psi.values())
     latents = sum(z[0].numel() for z in fam.latents)
     unet = DipUNet(32, 1, 16, 4)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     fit_dip(unet, obs.y, obs.op, clean.shape, clean, iters=iters, track_every=iters)
-    dip_s = (time.perf_counter() - t) / iters
-    return {"lp_seconds_per_iter": lp_s, "dip_seconds_per_iter": dip_s,
+    dip_wall, dip_cpu = (time.perf_counter() - t) / iters, (time.process_time() - c) / iters
+    return {"lp_wall_s_per_iter": lp_wall, "lp_cpu_s_per_iter": lp_cpu,
+            "dip_wall_s_per_iter": dip_wall, "dip_cpu_s_per_iter": dip_cpu,
             "lp_frozen_weights": lp.frozen_count(net), "lp_mask_bits": res[0].mask_bits,
             "lp_psi_params": psi, "lp_latents": latents, "dip_params": parameter_count(unet),
-            "threads": 2, "timed_iters": iters}
+            "threads": threads, "timed_iters": iters, "load_avg": os.getloadavg()[0]}
 
 
 def main() -> None:

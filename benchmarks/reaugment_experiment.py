@@ -11,7 +11,7 @@ the few-shot columns (5 %, 10 %), federated and centralized.
 Every point of the grid (dataset × forecaster × few-shot % × seed) is one flowerbed
 run (engine inline): strategy ``reaugment`` (federated zoo, FedAvg per arm) and the
 ``centralized`` baseline (K-fold zoo on the pooled windows) on identical windows.
-Results are appended to ``<out>/runs.jsonl`` as they finish; a re-run skips done points.
+Results are appended to ``<out>/runs_<families>.jsonl`` as they finish; a re-run skips done points.
 
 Usage::
 
@@ -72,10 +72,10 @@ def run_point(spec: dict, out_dir: Path) -> dict:
             "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
 
 
-def load(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def load(out: Path) -> list[dict]:
+    """Every finished point in ``out/runs*.jsonl`` (one file per concurrent process)."""
+    return [json.loads(line) for path in sorted(out.glob("runs*.jsonl"))
+            for line in path.read_text().splitlines() if line.strip()]
 
 
 def cells(rows: list[dict]) -> dict:
@@ -195,8 +195,8 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     args.out.mkdir(parents=True, exist_ok=True)
-    log = args.out / "runs.jsonl"
-    done = {(r["dataset"], r["family"], r["fraction"], r["seed"]) for r in load(log)}
+    log = args.out / f"runs_{'_'.join(args.families)}.jsonl"
+    done = {(r["dataset"], r["family"], r["fraction"], r["seed"]) for r in load(args.out)}
     if not args.report_only:
         for seed in args.seeds:
             for dataset in args.datasets:
@@ -214,7 +214,7 @@ def main() -> None:
                         print(f"{key}: none {row['centralized']['test/mse@none']:.4f} "
                               f"reaugment {row['centralized']['test/mse@reaugment']:.4f} "
                               f"(central) {row['wall_s']:.0f} s", flush=True)
-    rows = load(log)
+    rows = load(args.out)
     table = cells(rows)
     text = markdown(table, rows)
     (args.out / "table.md").write_text(text + "\n")

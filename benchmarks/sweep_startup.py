@@ -60,7 +60,7 @@ def make_plan(points: int) -> Any:
 def warm_up() -> None:
     """Import torch/Flower and cache the dataset with an untimed inline run."""
     import flowerbed
-    from flowerbed.platform.runner import quiet_flower
+    from flowerbed.platform.console import quiet_flower
 
     with quiet_flower():
         flowerbed.run({**SCENARIO, "engine": {"name": "inline"}}, save=False)

@@ -1,4 +1,4 @@
-"""Function vectors and their causal decomposition (methods_c §4; Todd et al. 2024, Wang et al. 2026).
+"""Function vectors and their decomposition (methods_c §4; Todd et al. 2024, Wang et al. 2026).
 
 References are independent of the code under test: planted weights and
 scikit-learn's least squares for the fits, a Monte Carlo average for the chance
@@ -336,3 +336,98 @@ def test_toy_sequences_put_answers_where_the_loss_reads_them():
     ids = encode_sequences(np.array([[0, 2]]), np.array([[5, 1]]), bos=256)
     assert ids.tolist() == [[256, ord("a"), ord(">"), ord("f"), ord(";"),
                              ord("c"), ord(">"), ord("b"), ord(";")]]
+
+
+# --- learner and strategy ------------------------------------------------------------------
+
+TINY_LM = {"name": "tiny", "arch": "gpt2", "hidden": 32, "layers": 2, "heads": 4}
+FV_LEARNER = {"name": "function_vectors", "lm": TINY_LM, "template": PERMUTATION_TEMPLATE,
+              "bos": True, "shots": 4, "n_clean": 6, "n_corrupt": 2, "n_top_heads": 2,
+              "layers": [0], "n_eval": 8, "n_analysis": 3, "n_quality": 4}
+
+
+def _fv_scenario(**learner):
+    return {
+        "name": "fv_tiny", "seed": 0, "num_clients": 3, "rounds": 1,
+        "dataset": {"name": "fv_tasks", "client_ambiguity": [0.2, 0.5, 0.8],
+                    "rows_per_client": 60, "n_test": 30},
+        "partition": {"name": "natural_id"},
+        "learner": {**FV_LEARNER, **learner},
+        "strategy": {"name": "fv_decomposition"}, "engine": {"name": "inline"},
+        "baselines": [],
+    }
+
+
+def test_fv_decomposition_fits_the_global_fv_on_the_client_fvs():
+    from sklearn.linear_model import LinearRegression
+
+    import flowerbed
+    from flowerbed.clients.learner import client_seed
+    from flowerbed.core import registry
+    from flowerbed.core.scenario import from_dict
+    from flowerbed.core.seeds import derive_seed
+    from flowerbed.data.federated import federated_data
+
+    raw = _fv_scenario(heads=[[1, 0], [1, 3]])
+    res = flowerbed.run(raw, save=False).summary["results"]["federated"]
+    scenario = from_dict(raw)
+    fed = federated_data(scenario)
+    learner = registry.build("learner", scenario.component("learner"), scenario=scenario)
+    heads = [(1, 0), (1, 3)]
+    fvs, pool, shares = [], [], []
+    for pid in range(3):
+        c = fed.client(pid)
+        mine = [Example(x, tuple(r)) for x, r in zip(c.text_train, c.refs_train, strict=True)]
+        pool += mine
+        fvs.append(learner.client_fv(mine, heads, client_seed(scenario, pid, "query.fv", 2)))
+        shares.append(float(np.mean(c.y_train)))
+    glob = learner.client_fv(pool, heads, derive_seed(0, "fv.global"))
+    ref = LinearRegression().fit(np.stack(fvs).T, glob)
+    assert res["test/decomp_r2"] == pytest.approx(ref.score(np.stack(fvs).T, glob), abs=1e-8)
+    for pid in range(3):
+        assert res[f"test/weight_client_{pid}"] == pytest.approx(ref.coef_[pid], abs=1e-6)
+        assert res[f"test/ambiguous_share_client_{pid}"] == pytest.approx(shares[pid])
+    assert shares[0] < shares[1] < shares[2]
+    for name in ("none", "global", "combination", "fedavg"):
+        assert 0.0 <= res[f"test/accuracy_fv_{name}"] <= 1.0
+
+
+def test_bad_inputs_fail_in_one_line():
+    from flowerbed.clients.function_vectors_learner import FunctionVectorsParams, pairs_of
+    from flowerbed.core.scenario import ScenarioError, from_dict
+
+    with pytest.raises(ScenarioError, match="template"):
+        from_dict(_fv_scenario(template="Q: {x}"))
+    with pytest.raises(ScenarioError, match="shots"):
+        from_dict(_fv_scenario(shots=0))
+    with pytest.raises(ValueError, match="pair dataset"):
+        pairs_of(None, None, "training")
+    assert FunctionVectorsParams(lm=TINY_LM).shots == 10  # Todd's default
+    with pytest.raises(ValueError, match="injection layer"):
+        fl.inject_site(-2)
+
+
+def test_run_local_reports_accuracies_that_plain_forward_passes_reproduce():
+    from flowerbed.clients.learner import TaskContext
+    from flowerbed.core import registry
+    from flowerbed.core.scenario import from_dict
+    from flowerbed.data.federated import federated_data
+
+    scenario = from_dict({**_fv_scenario(), "strategy": {"name": "local"}})
+    learner = registry.build("learner", scenario.component("learner"), scenario=scenario)
+    data = federated_data(scenario).client(1)
+    reply = learner.run_local(data, TaskContext(scenario, 1, 1, seed=5))
+    m = reply.metrics
+    lm = learner.model()
+    queries = learner.queries([Example(x, tuple(r)) for x, r in
+                               zip(data.text_test, data.refs_test, strict=True)])
+    rows = [[lm.bos_id, ord(q.x), ord(">")] for q in queries]
+    best = lm.next_token_logprobs(rows).argmax(-1).tolist()
+    assert m["zero_shot_accuracy"] == pytest.approx(
+        np.mean([b == ord(q.y[0]) for b, q in zip(best, queries, strict=True)]))
+    assert reply.num_examples == len(queries) == 8
+    assert reply.arrays["fv"].shape == (32,) and reply.arrays["aie"].shape == (2, 4)
+    assert len(reply.arrays["heads"]) == 2
+    assert m["chance_r2"] == pytest.approx(4 / 31)
+    assert {"additivity_r2", "equal_r2", "slot_r2", "qk_effect", "v_effect",
+            "mass_ambiguous", "mass_unambiguous"} <= set(m)

@@ -432,8 +432,6 @@ def test_run_with_an_unknown_summary_name_saves_everything_and_exits_1(tmp_path,
     err = capsys.readouterr().err
     (run_dir,) = (p for p in (tmp_path / "tiny").iterdir() if p.is_dir())
     assert json.loads((run_dir / "summary.json").read_text())["results"]
-    if status == 0:
-        pytest.xfail("cmd_run does not call summary_problem yet (flowerbed/platform/cli.py)")
     assert status == 1 and "'acuracy'" in err
 
 

@@ -25,7 +25,7 @@ from conftest import tiny_scenario
 
 import flowerbed
 from flowerbed.core.scenario import ScenarioError, from_dict
-from flowerbed.platform import progress, resources, runner
+from flowerbed.platform import console, progress, resources, runner, simulation_control
 from flowerbed.platform.cli import build_parser, main
 from flowerbed.platform.results import Result
 from flowerbed.platform.runner import RunError
@@ -277,7 +277,7 @@ def test_stopping_the_engine_releases_a_server_waiting_for_replies(monkeypatch):
     assert thread is not None
     thread.join(timeout=5)
     assert not thread.is_alive()
-    assert isinstance(outcome["error"], runner.SimulationStoppedError)
+    assert isinstance(outcome["error"], simulation_control.SimulationStoppedError)
 
 
 # --- 3. file-system problems through the Python API -------------------------------------
@@ -463,7 +463,7 @@ def test_flowers_run_simulation_banner_is_dropped_everywhere(tmp_path):
     handler = logging.FileHandler(log_file)
     flwr_log.addHandler(handler)
     try:
-        with runner.quiet_flower():
+        with console.quiet_flower():
             warn_deprecated_feature("The `run_simulation` function is deprecated and will be")
             flwr_log.warning("another Flower warning")
     finally:

@@ -654,12 +654,14 @@ def hard_partition(draw: st.DrawFn) -> tuple[str, dict[str, Any], int, int, int]
     fields = registry.get("partition", name).params.model_fields
     knobs = {
         "min_partition_size": st.integers(0, 40), "num_classes_per_partition": st.integers(1, 6),
-        "num_shards_per_partition": st.integers(1, 30), "shard_size": st.none() | st.integers(1, 20),
-        "min_size": st.integers(0, 20), "features_per_client": st.none() | st.integers(1, 4),
-        "num_shots": st.integers(1, 20), "alpha": st.sampled_from([0.01, 0.5, 100.0]),
+        "num_shards_per_partition": st.integers(1, 30), "min_size": st.integers(0, 20),
+        "shard_size": st.none() | st.integers(1, 20), "num_shots": st.integers(1, 20),
+        "features_per_client": st.none() | st.integers(1, 4),
+        "alpha": st.sampled_from([0.01, 0.5, 100.0]), "num_domains": st.none() | st.integers(1, 5),
     }
-    if "law" in fields:
-        knobs["law"] = st.sampled_from(typing.get_args(fields["law"].annotation))
+    for choice in ("law", "class_assignment_mode"):  # every value of the Literal
+        if choice in fields:
+            knobs[choice] = st.sampled_from(typing.get_args(fields[choice].annotation))
     params = {k: draw(v) for k, v in knobs.items() if k in fields}
     n = draw(st.integers(6, 60))
     return name, params, n, draw(st.integers(2, 5)), draw(st.integers(1, 3 * n))

@@ -20,7 +20,6 @@ from conftest import tiny_scenario
 
 import flowerbed
 from flowerbed.core import registry
-from flowerbed.core.scenario import from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,8 +118,8 @@ def test_tiny_scenario_still_trains_and_scores() -> None:
     ],
 )
 def test_models_whose_networks_moved_still_build_and_run(model: dict, width: int) -> None:
-    scenario = from_dict(tiny_scenario(model=model))
-    net = registry.build("model", scenario.component("model"), in_features=width, out_features=3)
+    spec = registry.get("model", model["name"]).params(**model)
+    net = registry.build("model", spec, in_features=width, out_features=3)
     assert isinstance(net, torch.nn.Module)
     x = torch.randint(0, 6, (5, width)).float()
     assert net(x).shape == (5, 3)

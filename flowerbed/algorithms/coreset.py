@@ -52,6 +52,7 @@ import numpy as np
 from flowerbed.core.seeds import rng as seeded_rng
 
 Schedule = Literal["progress", "fixed"]
+KernelSupport = Literal["budget", "knn", "full"]
 
 #: Defaults of the reconstruction (spec §6.3).
 DENSITY_K = 20
@@ -158,14 +159,75 @@ def kernel(sim: np.ndarray, tau: float) -> np.ndarray:
     return np.exp(-(1.0 - np.asarray(sim, dtype=np.float64)) / tau)
 
 
-def penalty(emb: np.ndarray, selected: np.ndarray, tau: float) -> np.ndarray:
+class Kernel:
+    """``K`` of one pool on every pair (``full``, the spec's form) or on kNN pairs only.
+
+    A sparse kernel keeps ``K_ij`` only when ``j`` is among ``i``'s ``k``
+    nearest or ``i`` among ``j``'s (symmetric), so the penalty counts the
+    selected points *in one's neighbourhood*: local redundancy. With ``full``,
+    sentence embeddings give every pair a background ``K`` (``exp(-1/tau)`` at
+    cosine 0, 0.12 for MiniLM glosses) whose sum over a growing set outweighs
+    the density, and the late greedy steps then prefer isolated points
+    (docs/methods/coreset_icl.md has the numbers).
+    """
+
+    def __init__(self, graph: Graph, tau: float, support: KernelSupport = "budget",
+                 k: int = DENSITY_K) -> None:
+        self.emb, self.tau, self.support, self.n = graph.emb, tau, support, graph.n
+        if support != "full":
+            k = min(k, graph.k)
+            i = np.repeat(np.arange(self.n, dtype=np.int64), k)
+            j = graph.index[:, :k].ravel()
+            lo, hi = np.minimum(i, j), np.maximum(i, j)
+            _, first = np.unique(lo * self.n + hi, return_index=True)  # one value per pair
+            lo, hi = lo[first], hi[first]
+            v = kernel(graph.sim[:, :k].ravel()[first], tau)
+            rows, cols = np.concatenate([lo, hi]), np.concatenate([hi, lo])
+            order = np.lexsort((cols, rows))
+            self.rows, self.cols = rows[order], cols[order]
+            self.vals = np.concatenate([v, v])[order]
+            self.ptr = np.searchsorted(self.rows, np.arange(self.n + 1))
+
+    def column(self, j: int) -> np.ndarray:
+        """``K[:, j]`` with ``K_jj = 0`` (``(n,)``; symmetric, so also row ``j``)."""
+        if self.support == "full":
+            col = kernel(self.emb @ self.emb[j], self.tau)
+            col[j] = 0.0
+            return col
+        col = np.zeros(self.n)
+        lo, hi = self.ptr[j], self.ptr[j + 1]
+        col[self.cols[lo:hi]] = self.vals[lo:hi]
+        return col
+
+    def entries(self, e: int, js: np.ndarray) -> np.ndarray:
+        """``K[e, js]`` (``js`` never holds ``e``)."""
+        if self.support == "full":
+            return kernel(self.emb[js] @ self.emb[e], self.tau)
+        lo, hi = self.ptr[e], self.ptr[e + 1]
+        cols = self.cols[lo:hi]
+        at = np.searchsorted(cols, js)
+        hit = (at < len(cols)) & (cols[np.minimum(at, len(cols) - 1)] == js)
+        return np.where(hit, self.vals[lo:hi][np.minimum(at, max(len(cols) - 1, 0))], 0.0)
+
+
+def kernel_reach(n: int, budget: int, support: KernelSupport, k: int = DENSITY_K) -> int:
+    """Neighbours each point's kernel row keeps: ``ceil(n / B)``, ``k``, or all ``n - 1``.
+
+    Examples
+    --------
+    >>> kernel_reach(1000, 18, "budget"), kernel_reach(1000, 18, "knn"), kernel_reach(10, 2, "full")
+    (56, 20, 9)
+    """
+    if support == "budget":
+        return min(n - 1, -(-n // budget))
+    return min(n - 1, k) if support == "knn" else n - 1
+
+
+def penalty(kern: Kernel, selected: np.ndarray) -> np.ndarray:
     """``sum_{j in selected} K_ej`` for every ``e`` of the pool (``K_jj = 0``)."""
-    sel = np.asarray(selected, dtype=np.int64)
-    out = np.zeros(len(emb))
-    for j in sel:
-        col = kernel(emb @ emb[j], tau)
-        col[j] = 0.0
-        out += col
+    out = np.zeros(kern.n)
+    for j in np.asarray(selected, dtype=np.int64):
+        out += kern.column(int(j))
     return out
 
 
@@ -205,6 +267,7 @@ def pacs_select(
     lam: float = LAMBDA,
     schedule: Schedule = "progress",
     a: float = FIXED_A,
+    support: KernelSupport = "budget",
     lazy: bool = True,
     graph: Graph | None = None,
 ) -> Selection:
@@ -224,6 +287,11 @@ def pacs_select(
         ``progress``: ``a_t = t / B``; ``fixed``: ``a_t = a``.
     a
         The fixed weight (``a = 0``: top-``B`` density).
+    support
+        Pairs ``K`` lives on (see :class:`Kernel`): ``budget`` (default), each
+        point's ``ceil(n / B)`` nearest, the share of the pool one selected
+        point stands for; ``knn``, its ``k`` nearest (the density's graph);
+        ``full``, every pair, as the spec writes it.
     lazy
         Refresh only the top of the progress-aware upper bound (same result).
     graph
@@ -233,21 +301,22 @@ def pacs_select(
     """
     if lam < 0 or not 0 <= a <= 1:
         raise CoresetError(f"need lam >= 0 and 0 <= a <= 1, got lam={lam}, a={a}")
-    g = graph if graph is not None else knn_graph(emb, k)
-    n = g.n
+    n = len(emb)
     budget = _check_budget(budget, n)
+    reach = kernel_reach(n, budget, support, k)
+    need = min(n - 1, k if support == "full" else max(k, reach))
+    g = graph if graph is not None and graph.k >= need else knn_graph(emb, need)
     rho = minmax(g.density(min(k, g.k)))
-    tau = g.bandwidth()
+    kern = Kernel(g, g.bandwidth(), support, reach)
     run = _lazy_greedy if lazy else _dense_greedy
-    indices, step_gains, weights, evals = run(g.emb, rho, tau, budget, lam, schedule, a)
+    indices, step_gains, weights, evals = run(kern, rho, budget, lam, schedule, a)
     return Selection(indices, step_gains, weights, evals, rho)
 
 
 def _dense_greedy(
-    e: np.ndarray, rho: np.ndarray, tau: float, budget: int, lam: float,
-    schedule: Schedule, a: float,
+    kern: Kernel, rho: np.ndarray, budget: int, lam: float, schedule: Schedule, a: float,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    n = len(e)
+    n = kern.n
     pen = np.zeros(n)
     taken = np.zeros(n, dtype=bool)
     out, step_gains, weights = [], [], []
@@ -260,17 +329,14 @@ def _dense_greedy(
         step_gains.append(g[j])
         weights.append(at)
         taken[j] = True
-        col = kernel(e @ e[j], tau)
-        col[j] = 0.0
-        pen += col
+        pen += kern.column(j)
     return np.asarray(out), np.asarray(step_gains), np.asarray(weights), n * (budget - 1)
 
 
 def _lazy_greedy(
-    e: np.ndarray, rho: np.ndarray, tau: float, budget: int, lam: float,
-    schedule: Schedule, a: float,
+    kern: Kernel, rho: np.ndarray, budget: int, lam: float, schedule: Schedule, a: float,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    n = len(e)
+    n = kern.n
     stale = np.zeros(n)  # penalty of e over the first seen[e] selected points
     seen = np.zeros(n, dtype=np.int64)
     taken = np.zeros(n, dtype=bool)
@@ -286,7 +352,7 @@ def _lazy_greedy(
             if seen[j] == len(out):
                 break
             new = np.asarray(out[seen[j]:], dtype=np.int64)
-            for v in kernel(e[new] @ e[j], tau):
+            for v in kern.entries(j, new):
                 stale[j] += v
             seen[j] = len(out)
             bound[j] = (1.0 - at) * rho[j] - at * lam * stale[j]

@@ -468,3 +468,25 @@ def standardisation(st: LayerStats, units: np.ndarray) -> tuple[np.ndarray, np.n
     mean, var = moments(np.array(total), st.s1.sum(axis=(0, 1)), st.s2.sum(axis=(0, 1)))
     std = np.sqrt(var)
     return mean[units], np.where(std[units] > TINY, std[units], 1.0)
+
+
+def unit_sets(sel: Selection, final_layer: int, final_units: int, seed: int
+              ) -> dict[str, tuple[int, np.ndarray]]:
+    """``(layer, units)`` each probe of the comparison reads.
+
+    ``fdu``: the FDUs; ``all_units``: every unit of the chosen layer; ``random_units``:
+    as many units of that layer drawn at random (seeded); ``top_d``: as many units
+    ranked by discriminability alone (no fusion, no knee); ``final_layer``: every unit
+    of the backbone's final representation (UnivFD's linear probe).
+    """
+    k = len(sel.fdus)
+    d = sel.scores.triadic.shape[0]
+    gen = np.random.default_rng(seed)
+    top_d = np.argsort(-sel.scores.discriminability, kind="stable")[:k]
+    return {
+        "fdu": (sel.layer, sel.fdus),
+        "all_units": (sel.layer, np.arange(d)),
+        "random_units": (sel.layer, np.sort(gen.choice(d, size=k, replace=False))),
+        "top_d": (sel.layer, top_d),
+        "final_layer": (final_layer, np.arange(final_units)),
+    }

@@ -214,7 +214,7 @@ def information_gain(consistent: np.ndarray) -> np.ndarray:
     return gain
 
 
-def rank_correlation(a: Sequence[float], b: Sequence[float]) -> float:
+def rank_correlation(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
     """Spearman's rank correlation of two sequences (nan when either is constant)."""
     from scipy import stats
 

@@ -2,20 +2,20 @@
 """Lottery Prior: randomized neural compression for zero-shot inverse problems (ICML 2026).
 
 Wu, You, Dragotti, Gündüz, https://eedavidwu.github.io/LotteryPrior/ . From one
-degraded image ``y = A x + n`` (``n ~ N(0, σ²)``), with no training data:
+degraded image ``y = A x + n`` (``n ~ N(0, sigma²)``), with no training data:
 
 1. for each seed ``s`` draw a frozen random synthesis network (LotteryCodec,
    :mod:`flowerbed.algorithms.lottery_prior_net`) and learn its code — top-k
    mask, quantised latent grids ``ẑ`` and small modulation/entropy modules ``ψ``
    — by minimising the compression-based maximum-likelihood objective
 
-   ``L_s = ‖y − A ĝ_s‖² / m  +  λ_R · (R(ẑ) + ρ · C(ψ)) / n``,
+   ``L_s = ‖y - A ĝ_s‖² / m  +  λ_R · (R(ẑ) + rho · C(ψ)) / n``,
 
    ``m`` the observed entries, ``n`` the pixels, ``R`` the latent bits under the
-   Laplace entropy model, ``C`` the bits of ``ψ`` (complexity term, ``ρ = λ_C/λ_R``);
+   Laplace entropy model, ``C`` the bits of ``ψ`` (complexity term, ``rho = λ_C/λ_R``);
 2. choose ``λ_R`` by the discrepancy principle: a per-member controller moves
-   ``log λ_R`` until the data term settles at ``τ σ²`` (starting from the
-   minimum-description-length value ``2 ln 2 · σ² · n / m``);
+   ``log λ_R`` until the data term settles at ``τ sigma²`` (starting from the
+   minimum-description-length value ``2 ln 2 · sigma² · n / m``);
 3. average the members (``x̂ = mean_s ĝ_s``), or weight them by data fit.
 
 What is stated and what is reconstructed is in ``docs/methods/lottery_prior.md``.
@@ -105,14 +105,14 @@ class Operator:
 
 
 def data_fit(pred: Tensor, y: Tensor, op: Operator) -> Tensor:
-    """``‖y − A pred‖² / m`` per leading index (``pred`` ``(B, C, H, W)``)."""
+    """``‖y - A pred‖² / m`` per leading index (``pred`` ``(B, C, H, W)``)."""
     c, h, w = pred.shape[-3:]
     res = op.apply(pred) - (op.apply(y) if op.kind == "mask" else y)
     return (res**2).flatten(1).sum(dim=1) / op.observed(c, h, w)
 
 
 def mdl_lambda(sigma: float, pixels: int, observed: int) -> float:
-    """λ_R of the two-part code: ``m·D/(2σ² ln 2) + R`` bits, rescaled to ``D + λ_R R/n``."""
+    """λ_R of the two-part code: ``m·D/(2sigma² ln 2) + R`` bits, rescaled to ``D + λ_R R/n``."""
     return 2 * LN2 * sigma**2 * pixels / observed
 
 
@@ -337,14 +337,17 @@ def ensemble(images: np.ndarray, weights: np.ndarray | None = None) -> np.ndarra
 
 
 def fit_weights(fits: np.ndarray, observed: int, sigma: float) -> np.ndarray:
-    """Gaussian-likelihood weights ``∝ exp(−m·D_s / (2σ²))`` of members with data fit ``D_s``."""
+    """Gaussian-likelihood weights ``∝ exp(-m·D_s / (2 sigma²))`` of members with data fit D_s."""
     logw = -observed * (np.asarray(fits, dtype=float)) / (2 * sigma**2)
     w = np.exp(logw - logw.max())
     return np.asarray(w / w.sum())
 
 
 def mdl_weights(fits: np.ndarray, bits: np.ndarray, observed: int, sigma: float) -> np.ndarray:
-    """Two-part-code weights ``∝ 2^−L_s``, ``L_s = m·D_s/(2σ² ln 2) + bits_s`` (Bayesian averaging)."""
+    """Two-part-code weights ``∝ 2^-L_s``, ``L_s = m·D_s/(2 sigma² ln 2) + bits_s``.
+
+    Bayesian model averaging over the members' codes.
+    """
     length = observed * np.asarray(fits, dtype=float) / (2 * sigma**2 * LN2) + np.asarray(bits)
     w = np.exp2(-(length - length.min()))
     return np.asarray(w / w.sum())
@@ -394,6 +397,6 @@ def lottery_prior(
 
 
 def with_size(net: NetConfig, channels: int, height: int, width: int) -> NetConfig:
-    """``net`` resized to an image (levels capped so the coarsest grid is at least 1×1)."""
-    levels = min(net.levels, 1 + int(math.floor(math.log2(max(1, min(height, width))))))
+    """``net`` resized to an image (levels capped so the coarsest grid is at least 1x1)."""
+    levels = min(net.levels, 1 + math.floor(math.log2(max(1, min(height, width)))))
     return replace(net, channels=channels, height=height, width=width, levels=levels)

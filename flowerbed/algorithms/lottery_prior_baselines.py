@@ -4,11 +4,11 @@
 None of the classical methods is written here: TV (Chambolle), non-local means,
 wavelet shrinkage (BayesShrink), biharmonic inpainting and bicubic rescaling
 are scikit-image's, BM3D is the ``bm3d`` package (optional). Their settings
-use the known σ and nothing of the clean image: NL-means ``h = 0.8 σ``
+use the known sigma and nothing of the clean image: NL-means ``h = 0.8 sigma``
 (scikit-image's recommendation with ``fast_mode``), wavelet shrinkage with
-``sigma = σ``, BM3D with ``σ``, and the TV weight chosen by the same
+``sigma = sigma``, BM3D with ``sigma``, and the TV weight chosen by the same
 discrepancy principle as Lottery Prior's λ_R (bisection until
-``‖u − y‖²/m = σ²``). Deep Image Prior (Ulyanov et al., 2018) fits an
+``‖u - y‖²/m = sigma²``). Deep Image Prior (Ulyanov et al., 2018) fits an
 untrained network (``flowerbed.models.dip_unet``) to ``y`` through the forward
 operator, with input-noise regularisation; its best iteration is picked with
 the clean image (an *oracle* early stop, reported as such).
@@ -53,7 +53,7 @@ def bm3d_available() -> bool:
 
 
 def tv_discrepancy(y: np.ndarray, sigma: float, tau: float = 1.0, steps: int = 30) -> np.ndarray:
-    """Chambolle TV denoising with the weight bisected (log scale) to ``‖u − y‖²/m = τσ²``."""
+    """Chambolle TV denoising with the weight bisected (log scale) to ``‖u - y‖²/m = τsigma²``."""
     from skimage.restoration import denoise_tv_chambolle
 
     img, axis = _hwc(y)
@@ -147,14 +147,14 @@ def fit_dip(
     seed: int = 0,
     track_every: int = 10,
 ) -> DipResult:
-    """Fit ``net(z) ≈`` the image behind ``y`` by minimising ``‖y − A net(z + ε_t)‖²/m``.
+    """Fit ``net(z) ≈`` the image behind ``y`` by minimising ``‖y - A net(z + ε_t)‖²/m``.
 
     ``z ~ U(0, 0.1)`` with ``input_depth`` channels is fixed; ``ε_t ~ N(0,
     reg_noise²)`` is redrawn each iteration (DIP's regulariser for noisy
     inputs). ``reference`` picks the best iterate (oracle early stopping) and
     draws the curve; it never enters the loss.
     """
-    c, h, w = shape
+    _, h, w = shape
     gen = torch.Generator().manual_seed(seed % 2**63)
     z = torch.rand((1, input_depth, h, w), generator=gen) * 0.1
     yt = torch.as_tensor(y, dtype=torch.float32)

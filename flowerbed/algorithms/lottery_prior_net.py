@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Lottery Prior's synthesis network (Wu, You, Dragotti, Gündüz, ICML 2026; LotteryCodec, ICML 2025).
+"""Lottery Prior's synthesis network (Wu et al., ICML 2026; LotteryCodec, ICML 2025).
 
 The architecture follows LotteryCodec (eedavidwu/LotteryCodec, ``models/model.py``,
 read for this port; the code here is our own):
@@ -14,8 +14,8 @@ read for this port; the code here is our own):
 - **hierarchical latent grids** (one channel per level, level ``i`` at ``1/2^i``
   resolution, encoder gain 16), quantised by soft-round + Kumaraswamy noise while
   training and hard rounding at test (Cool-chic / C3), upsampled by one learned
-  2× transposed convolution initialised to the Keys cubic kernel;
-- **ModConv** modulation: 1×1 conv ``L → 48``, 1×1 ``48 → 3``, two residual 3×3
+  2x transposed convolution initialised to the Keys cubic kernel;
+- **ModConv** modulation: 1x1 conv ``L → 48``, 1x1 ``48 → 3``, two residual 3x3
   convs ``3 → 3``, whose 6-, 9- and 57-channel concatenations are appended to the
   inputs of MLP layers 2, 3 and 4;
 - a Laplace **entropy model** of the integer latents: auto-regressive (ARM: the
@@ -75,13 +75,13 @@ def fourier_basis_weight(
     phases: int = 32,
     alpha: float = 0.05,
 ) -> np.ndarray:
-    """LotteryCodec's "FFN" weights ``W = Λ B`` (``out × in``, float64).
+    """LotteryCodec's "FFN" weights ``W = Λ B`` (``out x in``, float64).
 
-    ``B`` has one row per (frequency, phase): ``α cos(f t_j + φ)`` sampled at
+    ``B`` has one row per (frequency, phase): ``alpha cos(f t_j + φ)`` sampled at
     ``in_features`` points ``t`` evenly spread over the longest period, with
     ``low`` frequencies ``k/low`` and ``high`` frequencies ``k`` (``k = 1..``) and
     ``phases`` phases ``2πp/phases``; ``Λ_{oi} ~ U(±sqrt(6/m)/‖B_i‖)``, so
-    ``Var W ≈ 2/in`` (He scale) whatever ``α``.
+    ``Var W ≈ 2/in`` (He scale) whatever ``alpha``.
     """
     freqs = np.concatenate([np.arange(1, low + 1) / low, np.arange(1, high + 1, dtype=float)])
     phi = 2 * np.pi * np.arange(phases) / phases
@@ -212,8 +212,10 @@ def causal_offsets(count: int = ARM_CONTEXT, radius: int = 4) -> list[tuple[int,
 
 
 def _window_index(offsets: list[tuple[int, int]], radius: int = ARM_RADIUS) -> list[int]:
-    """Row-major positions of ``offsets`` in the causal window (rows ``-radius..0``,
-    columns ``-radius..radius``) that ends on the pixel's row."""
+    """Row-major positions of ``offsets`` in the causal window ending on the pixel's row.
+
+    The window spans rows ``-radius..0`` and columns ``-radius..radius``.
+    """
     k = 2 * radius + 1
     return [(dr + radius) * k + (dc + radius) for dr, dc in offsets]
 
@@ -254,7 +256,7 @@ def member_init(cfg: NetConfig, seed: int) -> dict[str, np.ndarray]:
 
 # --------------------------------------------------------------------------- upsampling, ModConv
 def keys_cubic_kernel(size: int = 8, a: float = -0.75) -> np.ndarray:
-    """``size × size`` separable kernel of 2× Keys cubic interpolation (zero beyond 4 taps)."""
+    """``size x size`` separable kernel of 2x Keys cubic interpolation (zero beyond 4 taps)."""
     def w(x: float) -> float:
         x = abs(x)
         if x <= 1:
@@ -269,7 +271,7 @@ def keys_cubic_kernel(size: int = 8, a: float = -0.75) -> np.ndarray:
 
 # --------------------------------------------------------------------------- the family
 def level_shapes(height: int, width: int, levels: int) -> list[tuple[int, int]]:
-    """Latent grid sizes, finest first: ``ceil(H / 2^i) × ceil(W / 2^i)``."""
+    """Latent grid sizes, finest first: ``ceil(H / 2^i) x ceil(W / 2^i)``."""
     return [(-(-height // 2**i), -(-width // 2**i)) for i in range(levels)]
 
 
@@ -282,7 +284,7 @@ def coordinates(height: int, width: int) -> Tensor:
 
 
 def upsample2x(x: Tensor, kernels: Tensor) -> Tensor:
-    """2× upsampling of ``x`` ``(B, c, h, w)`` with member ``b``'s kernel ``kernels[b, 0]``.
+    """2x upsampling of ``x`` ``(B, c, h, w)`` with member ``b``'s kernel ``kernels[b, 0]``.
 
     Replicate padding, transposed convolution of stride 2, crop: output
     ``(B, c, 2h+1, 2w+1)`` whose pixels ``2i`` and ``2i+1`` sit at input
@@ -405,9 +407,9 @@ class LotteryFamily(nn.Module):
             log_s = torch.repeat_interleave(p["log_scale"], torch.tensor(sizes), dim=1)
             return laplace_bits(flat, mu, torch.exp(torch.clamp(log_s, -4.6, 5.0)))
         r = ARM_RADIUS
+        index: Tensor = self.context_index  # type: ignore[assignment]
         ctx = torch.cat([  # causal window: rows -r..0, columns -r..r
-            F.unfold(F.pad(z[:, None], (r, r, r, 0)), (r + 1, 2 * r + 1))
-            .index_select(1, self.context_index)
+            F.unfold(F.pad(z[:, None], (r, r, r, 0)), (r + 1, 2 * r + 1)).index_select(1, index)
             for z in zq
         ], dim=2).transpose(1, 2)
         h = ctx
@@ -421,7 +423,8 @@ class LotteryFamily(nn.Module):
         """``(images (B, C, H, W) in [0, 1], latent bits (B, N))``."""
         zq = self.quantized_latents()
         mods = self.modulation(self.dense(zq))
-        h = self.coords.expand(self.B, -1, -1)
+        coords: Tensor = self.coords  # type: ignore[assignment]
+        h = coords.expand(self.B, -1, -1)
         for i, (w, m) in enumerate(zip(self.frozen(), self.masks(), strict=True)):
             if i > 0:
                 h = torch.cat([h, mods[i - 1]], dim=2)

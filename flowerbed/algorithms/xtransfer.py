@@ -149,7 +149,8 @@ def top_classes(scores: dict[int, float], n: int) -> np.ndarray:
 def match_classes(anchor_cent: np.ndarray, top: np.ndarray,
                   target_cent: np.ndarray) -> np.ndarray:
     """Target class ``c`` -> a distinct anchor class among ``top``, minimising the summed
-    centroid distances (Hungarian assignment, as ``map_classes_best``)."""
+    centroid distances (Hungarian assignment, as ``map_classes_best``).
+    """
     from scipy.optimize import linear_sum_assignment
     from scipy.spatial.distance import cdist
 
@@ -162,7 +163,8 @@ def match_classes(anchor_cent: np.ndarray, top: np.ndarray,
 
 def fit_rotation(source: np.ndarray, target: np.ndarray, steps: int, seed: int) -> np.ndarray:
     """The code's "rotation matrix": a free ``k x k`` matrix ``R`` (uniform(-1, 1) init)
-    trained by SGD (lr 0.01, momentum 0.95) on ``1 - cos(source R, target)``."""
+    trained by SGD (lr 0.01, momentum 0.95) on ``1 - cos(source R, target)``.
+    """
     gen = torch.Generator().manual_seed(seed)
     src = torch.as_tensor(source, dtype=torch.float32).reshape(1, -1)
     tgt = torch.as_tensor(target, dtype=torch.float32).reshape(1, -1)
@@ -270,7 +272,8 @@ def repair_loss(z: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor, margin:
 
 class EarlyStop:
     """The code's ``EarlyStopping``: no stop in the first ``min_epochs``; then stop after
-    ``patience`` epochs without a strictly lower loss than the best seen since."""
+    ``patience`` epochs without a strictly lower loss than the best seen since.
+    """
 
     def __init__(self, patience: int, min_epochs: int) -> None:
         self.patience, self.min_epochs = patience, min_epochs
@@ -300,7 +303,8 @@ def repair(modules: list[nn.Module], forward: Project, x: torch.Tensor, y: np.nd
     loss, full batch: SGD (lr 0.01, momentum 0.95), StepLR (every ``0.2 episodes``,
     gamma 0.5), early stop (patience 10 after ``0.25 episodes``); restores the
     lowest-loss weights. ``forward(x)`` returns normalised features. Returns
-    the loss curve."""
+    the loss curve.
+    """
     params = [p for m in modules for p in m.parameters()]
     for p in params:
         p.requires_grad_(True)
@@ -363,12 +367,19 @@ def removal(layer: PoolLayer, x_in: torch.Tensor, y: np.ndarray, anchors: dict[s
             continue
         order = torch.as_tensor(channel_ranking(acts, n_components))
         best_n, best_s = 0, -np.inf
+        # Output channels: masking them scales the pooled output channel-wise, so one
+        # forward pass serves every n (exactly the masked forward's features).
+        pooled = gap(layer(x_in)) if group.anchor == "out" and g == len(groups) - 1 else None
         for n in range(n_max):
             mask = torch.ones(group.size)
             mask[order[:n]] = 0
-            masks[g] = mask
-            layer.set_masks(masks)
-            score = round(s_score(space.transform(features(layer(x_in)).numpy()), y), 2)
+            if pooled is not None:
+                f = F.normalize(pooled * mask, dim=1)
+            else:
+                masks[g] = mask
+                layer.set_masks(masks)
+                f = features(layer(x_in))
+            score = round(s_score(space.transform(f.numpy()), y), 2)
             if score >= best_s:
                 best_n, best_s = n, score
         mask = torch.ones(group.size)

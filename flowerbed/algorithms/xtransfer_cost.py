@@ -17,7 +17,8 @@ from torch import nn
 @dataclass(frozen=True)
 class Cost:
     """What deploying a network costs: ``params`` (trainable and frozen weights),
-    ``flops`` per single-sample inference, ``bytes`` of weights and buffers."""
+    ``flops`` per single-sample inference, ``bytes`` of weights and buffers.
+    """
 
     params: int
     flops: int

@@ -228,7 +228,8 @@ class InvertedResidual(PoolLayer):
 
     def pruned(self, keep: list[torch.Tensor]) -> InvertedResidual:
         """Remove expanded channels (expand rows, depthwise channels, project columns)
-        and output channels (project rows; the skip keeps the same input channels)."""
+        and output channels (project rows; the skip keeps the same input channels).
+        """
         new = copy.deepcopy(self)
         out_idx = keep[-1]
         if self.expand is not None:
@@ -249,7 +250,8 @@ class InvertedResidual(PoolLayer):
 
 class OpaqueLayer(PoolLayer):
     """A layer without convolutions (e.g. a transformer layer): spliced and repaired,
-    never pruned (the code's removal step only prunes convolutions)."""
+    never pruned (the code's removal step only prunes convolutions).
+    """
 
     def __init__(self, module: nn.Module, dims: Dims, in_channels: int,
                  in_size: tuple[int, ...], out_channels: int) -> None:

@@ -294,7 +294,8 @@ def quick_check(pool: list[SourceLayer], state: SearchState, cfg: SearchConfig,
                 n_shot: int) -> list[tuple[SourceLayer, float]]:
     """Pre-search check (``check_score``): keep the candidates with the best estimate
     ``S_before + rate (S_anchor - S_before)``; the share kept adapts to how well the
-    previous estimate matched (between 0.2 and 0.5 of the pool, at least 2)."""
+    previous estimate matched (between 0.2 and 0.5 of the pool, at least 2).
+    """
     x = state.position
     if len(state.achieved) >= 2 and (x - 1) in state.achieved and (x - 1) in state.estimated:
         pred, true = state.estimated[x - 1], state.achieved[x - 1]
@@ -396,7 +397,8 @@ def _record(lid: int, position: int, cands: list[Candidate], best: Candidate | N
 def knn_predict(model: Recombined, x_support: torch.Tensor, y_support: np.ndarray,
                 x_query: torch.Tensor, k: int) -> np.ndarray:
     """``TEST_METHOD='KNN'``: k-nearest neighbours (k capped at the support size) on the
-    normalised features of the support."""
+    normalised features of the support.
+    """
     from sklearn.neighbors import KNeighborsClassifier
 
     with torch.no_grad():
@@ -425,7 +427,8 @@ class LinearHead(nn.Module):
 def finetune(model: Recombined, x: torch.Tensor, y: np.ndarray, n_classes: int, steps: int,
              seed: int) -> LinearHead:
     """``FINETUNE=True``: a linear head trained with the recombined layers (connectors
-    frozen), full batch, SGD lr 0.01 momentum 0.95, cross-entropy; on a copy."""
+    frozen), full batch, SGD lr 0.01 momentum 0.95, cross-entropy; on a copy.
+    """
     torch.manual_seed(seed)
     head = LinearHead(copy.deepcopy(model), n_classes, x)
     head.requires_grad_(True)

@@ -1,4 +1,4 @@
-"""Learner ``function_vectors``: function vectors of one ICL task on a client's pairs (methods_c §4).
+"""Learner ``function_vectors``: one ICL task's function vectors on a client's pairs (§4).
 
 Todd et al. (ICLR 2024, arXiv 2310.15213) and Wang et al. (ICML 2026, arXiv
 2605.16591); the maths is in :mod:`flowerbed.algorithms.function_vectors` and
@@ -54,11 +54,12 @@ FV, AIE, HEADS = "fv", "aie", "heads"
 class FunctionVectorsParams(Params):
     """The model, the prompts and the sizes of each step (Todd et al.'s defaults where stated)."""
 
-    lm: LmSpec = Field(description="the language model, e.g. smollm2 or fv_toy")  # type: ignore[valid-type]
+    lm: LmSpec = Field(description="the model, e.g. smollm2 or fv_toy")  # type: ignore[valid-type]
     template: str = Field(DEFAULT_TEMPLATE, description="demonstration template with {x} and {y}")
     bos: bool = Field(False, description="start every prompt with the tokenizer's bos token")
     shots: int = Field(10, ge=1, description="demonstrations per prompt (Todd: 10)")
-    n_clean: int = Field(100, ge=1, description="clean prompts for the mean activations (Todd: 100)")
+    n_clean: int = Field(100, ge=1, description="clean prompts of the mean activations "
+                         "(Todd: 100)")
     n_corrupt: int = Field(25, ge=1, description="shuffled-label prompts of the head scan "
                            "(Todd: 25)")
     n_top_heads: int = Field(10, ge=1, description="heads of the FV (Todd: 10 for GPT-J)")

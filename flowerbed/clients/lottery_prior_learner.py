@@ -21,7 +21,7 @@ Metrics (means over the client's pictures): ``psnr_<m>``/``ssim_<m>`` for
 ablation), ``lp_no_rate`` (member 0's twin with λ_R = 0), every baseline, and
 ``dip`` (last iterate) / ``dip_oracle`` (best iterate, chosen with the clean
 picture); ``lp_bits``, ``lp_bpp`` (the code of one member: seed, mask, latents,
-modules), ``lp_lambda``, ``lp_fit_ratio`` (‖y − A x̂‖²/m over σ²),
+modules), ``lp_lambda``, ``lp_fit_ratio`` (‖y - A x̂‖²/m over sigma²),
 ``seconds_lp``, ``seconds_dip``.
 """
 
@@ -68,7 +68,7 @@ class LotteryPriorParams(Params):
     entropy_model: Literal["arm", "factorized"] = "arm"
     weight_init: Literal["ffn", "kaiming"] = "ffn"
     lambda_rate: Literal["discrepancy"] | float = Field(
-        "discrepancy", description="λ_R: 'discrepancy' (residual settles at σ²) or a number ≥ 0"
+        "discrepancy", description="λ_R: 'discrepancy' (residual settles at sigma²) or a number ≥ 0"
     )
     complexity_ratio: float = Field(1.0, ge=0, description="λ_C / λ_R (1: one code length)")
     ablate_rate: bool = Field(True, description="also fit member 0 with λ_R = 0")

@@ -15,7 +15,9 @@ generate or split data, so editing a generator or upgrading a library
 invalidates its entries. Not cached, rebuilt in every process as before:
 partitions with per-client transforms (callables), datasets carrying text, and
 components registered outside a discovered plugin module (a test or script
-defining its own dataset, whose source may change under the same name).
+defining its own dataset, whose source may change under the same name), and
+datasets reading a user's folder. A user's table file is part of the key by
+its size and modification time, so an edited CSV is read again.
 """
 
 from __future__ import annotations
@@ -78,10 +80,38 @@ def _components(scenario: Scenario) -> list[tuple[str, str]]:
 
 
 def discovered(scenario: Scenario) -> bool:
-    """Whether the dataset and partitioner come from discovered plugin modules."""
+    """Whether the data may be cached: plugin components, and no user folder to read.
+
+    Components registered outside a discovered plugin module (a test or a
+    script) may change under the same name; a folder a user points to (images)
+    may change without its own stat changing. Single user files are cached,
+    keyed by their size and modification time (:func:`_user_files`).
+    """
     from flowerbed.core.plugins import component_source
 
-    return all(component_source(kind, name) != "?" for kind, name in _components(scenario))
+    if any(component_source(kind, name) == "?" for kind, name in _components(scenario)):
+        return False
+    return not any(path.is_dir() for path in _paths(scenario))
+
+
+def _paths(scenario: Scenario) -> list[Path]:
+    """Existing files and folders named by the dataset's string parameters."""
+    found = []
+    for value in scenario.component("dataset").model_dump().values():
+        if isinstance(value, str) and value and ("/" in value or "." in value):
+            path = Path(value).expanduser()
+            if path.exists():
+                found.append(path)
+    return found
+
+
+def _user_files(scenario: Scenario) -> list[str]:
+    """Identity of each user file the dataset reads (an edited table is a new key)."""
+    out = []
+    for path in _paths(scenario):
+        st = path.stat()
+        out.append(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}")
+    return out
 
 
 def cache_key(scenario: Scenario, data_key: str) -> str:
@@ -92,7 +122,7 @@ def cache_key(scenario: Scenario, data_key: str) -> str:
     package = sorted(Path(__file__).parent.glob("*.py"))
     code = [_source_hash(t) for t in (*targets, seeds)]
     code += [hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in package]
-    parts = [data_key, str(LAYOUT), *code, *_versions()]
+    parts = [data_key, str(LAYOUT), *code, *_versions(), *_user_files(scenario)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 

@@ -68,7 +68,8 @@ def load_picture(name: str) -> np.ndarray:
         import matplotlib.cbook
         from PIL import Image
 
-        with matplotlib.cbook.get_sample_data(f"{name}.jpg") as fh, Image.open(fh) as im:
+        fh: Any = matplotlib.cbook.get_sample_data(f"{name}.jpg")
+        with fh, Image.open(fh) as im:
             return np.asarray(im.convert("RGB"))
     ski: Any = require("skimage.data", "scikit-image", "skimage_images")
     loader = getattr(ski, name, None)
@@ -145,7 +146,7 @@ def degrade(
     from flowerbed.algorithms.lottery_prior import Operator
 
     gen = np.random.default_rng(seed)
-    c, h, w = clean.shape
+    _, h, w = clean.shape
     if task == "denoise":
         op = Operator("identity")
     elif task == "sr":
@@ -158,6 +159,6 @@ def degrade(
         op = Operator("mask", keep=mask.reshape(h, w))
     ax = op.apply(torch.as_tensor(clean, dtype=torch.float64)).numpy()
     noisy = ax + sigma * gen.standard_normal(ax.shape)
-    if op.kind == "mask":
+    if op.keep is not None:
         noisy = noisy * op.keep
     return Observation(noisy, op, sigma)

@@ -38,7 +38,7 @@ def check_clients(data: Dataset, num_clients: int) -> None:
 
 
 def check_budget(data: Dataset, num_clients: int, field: str, per_client: int) -> None:
-    """Refuse ``partition.<field>`` rows for every client when the data has fewer in all."""
+    """Refuse ``per_client`` rows for each client (``partition.<field>``) beyond the data's rows."""
     need, n = per_client * num_clients, len(data.y_train)
     if need > n:
         raise PartitionError(
@@ -111,9 +111,9 @@ def dirichlet(
             raise PartitionError(f"partition dirichlet, num_clients={num_clients}: {exc}") from None
         # Possible in total, but flwr-datasets' 10 draws all left a client short.
         raise PartitionError(
-            f"partition.min_partition_size={params.min_partition_size}: 10 draws of "
-            f"Dirichlet(partition.alpha={params.alpha:g}) each left one of the "
-            f"num_clients={num_clients} clients with fewer of the {len(data.y_train)} training "
+            f"partition.min_partition_size={params.min_partition_size} not met: in each of 10 "
+            f"draws of Dirichlet(partition.alpha={params.alpha:g}) some of the "
+            f"num_clients={num_clients} clients got fewer of the {len(data.y_train)} training "
             f"rows of {data.meta.name}; lower min_partition_size or num_clients, or raise alpha"
         ) from None
 

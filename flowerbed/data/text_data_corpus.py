@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from flowerbed.core.registry import register
+from flowerbed.core.registry import TOKEN_WINDOWS, register
 from flowerbed.data import text_data_readers as rd
 from flowerbed.data.base import Dataset, DatasetMeta, DataSourceError
 from flowerbed.data.text_data import TextSizeParams, pick_rows
@@ -75,7 +75,7 @@ def corpus_streams(params: CorpusParams) -> dict[str, str]:
     return {g: JOINERS[g.split("/", 1)[0]].join(d) for g, d in streams.items()}
 
 
-@register("dataset", "text_corpus", params=CorpusParams)
+@register("dataset", "text_corpus", params=CorpusParams, provides=(TOKEN_WINDOWS,))
 def text_corpus(params: CorpusParams, *, seed: int) -> Dataset:
     """Byte-level LM windows of WordNet glosses, fortunes and stdlib code; clients = domains.
 

@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """A small untrained U-Net for the Deep Image Prior baseline (Ulyanov, Vedaldi, Lempitsky, 2018).
 
-The "skip" encoder–decoder of DIP at a CPU size: per level a stride-2 3×3
-conv and a 3×3 conv (BatchNorm, LeakyReLU 0.2), a 1×1 skip branch of
-``skip`` channels, bilinear 2× upsampling, then 3×3 and 1×1 convs after the
-concatenation; a 1×1 conv and a sigmoid at the top. Used by
+The "skip" encoder-decoder of DIP at a CPU size: per level a stride-2 3x3
+conv and a 3x3 conv (BatchNorm, LeakyReLU 0.2), a 1x1 skip branch of
+``skip`` channels, bilinear 2x upsampling, then 3x3 and 1x1 convs after the
+concatenation; a 1x1 conv and a sigmoid at the top. Used by
 :func:`flowerbed.algorithms.lottery_prior_baselines.fit_dip`; not a registered
 component (only the Lottery Prior learner builds it).
 """
@@ -46,7 +46,7 @@ class _Level(nn.Module):
 
 
 class DipUNet(nn.Module):
-    """Encoder–decoder with skips mapping a fixed noise tensor to an image in ``[0, 1]``.
+    """Encoder-decoder with skips mapping a fixed noise tensor to an image in ``[0, 1]``.
 
     ``depth`` levels (each halves the resolution; ``H`` and ``W`` divisible by
     ``2**depth``), ``width`` channels per level, ``skip`` channels per skip.

@@ -5,7 +5,7 @@ offline, so four families are trained here on the real images' generator part
 (:func:`flowerbed.data.dna_data.real_images`): ``vae`` (conditional convolutional
 VAE), ``tconv_ae`` (autoencoder with a transposed-convolution decoder; its fakes are
 reconstructions of real images it never trained on), ``flow`` (conditional flow
-matching, a small U-Net, Euler sampling) and ``pca`` (per-class PCA-Gaussian sampler,
+matching in the latent space of a pixel-shuffle autoencoder, Euler sampling) and ``pca`` (per-class PCA-Gaussian sampler,
 no training). The artefact is a bank of generated 28x28 images with their semantic
 classes (``images`` uint8, ``labels``), cached under ``cache_dir()/dna/`` by a hash of
 the parameters, built on first use; the networks are in
@@ -33,9 +33,8 @@ from flowerbed.models.vlm import params_hash, save_atomic
 
 logger = logging.getLogger("flowerbed.pretrain")
 
-#: Training steps per family when ``steps`` is not given (measured on 2 CPU cores:
-#: about 2, 2 and 10 minutes).
-DEFAULT_STEPS = {"vae": 3000, "tconv_ae": 3000, "flow": 5000, "pca": 0}
+#: Training steps per family when ``steps`` is not given (for ``flow``: its autoencoder).
+DEFAULT_STEPS = {"vae": 2000, "tconv_ae": 2000, "flow": 2000, "pca": 0}
 ARTEFACT_FORMAT = 1
 
 
@@ -45,14 +44,15 @@ class DnaGeneratorParams(Params):
     family: Family = "vae"
     source: Source = "fashion_mnist"
     steps: int | None = Field(None, ge=0, description="optimiser steps (default per family)")
-    batch_size: int = Field(128, ge=2)
+    batch_size: int = Field(64, ge=2)
     lr: float = Field(1e-3, gt=0)
-    width: int = Field(32, ge=8, description="channels of the first layer (a multiple of 8)")
-    latent: int = Field(16, ge=2, description="latent width (vae, tconv_ae)")
+    width: int = Field(16, ge=4, description="channels of the first convolution")
+    latent: int = Field(16, ge=2, description="latent width")
+    flow_steps: int = Field(4000, ge=0, description="flow: steps of the latent velocity MLP")
     pca_components: int = Field(40, ge=1)
     train_rows: int = Field(20000, ge=16, description="generator-part images trained on")
     bank_size: int = Field(3000, ge=10, description="generated images kept")
-    sample_steps: int = Field(32, ge=1, description="Euler steps (flow)")
+    sample_steps: int = Field(50, ge=1, description="flow: Euler steps")
     seed: int = 0
     data_path: str = Field(FASHION_DIR, description="Fashion-MNIST folder")
 
@@ -78,30 +78,51 @@ def _pca_bank(x: np.ndarray, y: np.ndarray, labels: np.ndarray, p: DnaGeneratorP
     return np.clip(out, 0.0, 1.0).reshape(len(labels), x.shape[1], x.shape[2])
 
 
-def _train(net: Any, x: np.ndarray, y: np.ndarray, p: DnaGeneratorParams) -> list[float]:
-    """``_steps(p)`` Adam steps on random batches of ``(x, y)``; the loss every step."""
+def _train(net: Any, x: Any, y: Any, steps: int, p: DnaGeneratorParams, batch: int) -> list[float]:
+    """``steps`` Adam steps (cosine schedule) on random batches of tensors ``(x, y)``."""
     import torch
 
-    xt = torch.as_tensor(x[:, None])
-    yt = torch.as_tensor(y)
     opt = torch.optim.Adam(net.parameters(), lr=p.lr)
-    steps = _steps(p)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(steps, 1))
-    batches = rng(p.seed, "dna_generator", "batches")
+    batches = rng(p.seed, "dna_generator", "batches", type(net).__name__)
     losses, start = [], time.perf_counter()
     for step in range(steps):
-        b = torch.as_tensor(batches.integers(0, len(x), size=p.batch_size))
-        loss = net.loss(xt[b], yt[b])
+        b = torch.as_tensor(batches.integers(0, len(x), size=batch))
+        loss = net.loss(x[b], y[b])
         opt.zero_grad()
         loss.backward()
         opt.step()
         sched.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if (step + 1) % 500 == 0:
-            logger.warning("dna_generator %s: step %d/%d, loss %.4f (%.0f s)", p.family,
-                           step + 1, steps, np.mean(losses[-100:]), time.perf_counter() - start)
+            logger.warning("dna_generator %s: %s step %d/%d, loss %.4f (%.0f s)", p.family,
+                           type(net).__name__, step + 1, steps, np.mean(losses[-100:]),
+                           time.perf_counter() - start)
     net.eval()
     return losses
+
+
+def _latent_flow(p: DnaGeneratorParams, xt: Any, yt: Any, labels: np.ndarray, gen: Any
+                 ) -> tuple[Any, list[float]]:
+    """Train the flow family (autoencoder, then latent velocity field); sample ``labels``."""
+    import torch
+
+    from flowerbed.models import dna_generator_nets as nets
+
+    classes = len(semantic_names(p.source))
+    ae = nets.ShuffleAE(p.latent, p.width)
+    losses = _train(ae, xt, yt, _steps(p), p, p.batch_size)
+    with torch.no_grad():
+        z = torch.cat([ae.enc(xt[i : i + 1000]) for i in range(0, len(xt), 1000)])
+    mu, sd = z.mean(0), z.std(0).clamp_min(1e-6)
+    flow = nets.LatentFlow(p.latent, classes)
+    losses += _train(flow, (z - mu) / sd, yt, p.flow_steps, p, 256)
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(labels), 500):
+            c = torch.as_tensor(labels[i : i + 500])
+            out.append(ae.decode(flow.sample(c, gen, p.sample_steps, p.latent) * sd + mu))
+    return torch.cat(out), losses
 
 
 def make_bank(p: DnaGeneratorParams) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
@@ -123,28 +144,25 @@ def make_bank(p: DnaGeneratorParams) -> tuple[np.ndarray, np.ndarray, dict[str, 
         if len(rec) < p.bank_size:
             raise ValueError(f"dna_generator tconv_ae: the reconstruct part has {len(rec)} "
                              f"images, bank_size={p.bank_size}")
+    xt, yt = torch.as_tensor(x[:, None]), torch.as_tensor(y)
     with torch.random.fork_rng():
         torch.manual_seed(derive_seed(p.seed, "dna_generator", p.family) % 2**63)
-        net: Any
-        if p.family == "vae":
-            net = nets.CondVAE(p.latent, classes, p.width)
-        elif p.family == "tconv_ae":
-            net = nets.TconvAE(p.latent, p.width)
-        else:
-            net = nets.FlowNet(classes, p.width)
-        losses = _train(net, x, y, p)
         gen = torch.Generator().manual_seed(derive_seed(p.seed, "dna_generator", "sample") % 2**63)
-        parts = []
-        with torch.no_grad():
-            for i in range(0, p.bank_size, 500):
-                c = torch.as_tensor(labels[i : i + 500])
-                if p.family == "vae":
-                    parts.append(net.sample(c, gen))
-                elif p.family == "flow":
-                    parts.append(net.sample(c, gen, p.sample_steps))
-                else:
-                    parts.append(net(torch.as_tensor(rec[i : i + 500, None])))
-    images = torch.cat(parts)[:, 0].numpy()
+        if p.family == "flow":
+            made, losses = _latent_flow(p, xt, yt, labels, gen)
+        else:
+            net = (nets.CondVAE(p.latent, classes, p.width) if p.family == "vae"
+                   else nets.TconvAE(p.latent, p.width))
+            losses = _train(net, xt, yt, _steps(p), p, p.batch_size)
+            parts = []
+            with torch.no_grad():
+                for i in range(0, p.bank_size, 500):
+                    if p.family == "vae":
+                        parts.append(net.sample(torch.as_tensor(labels[i : i + 500]), gen))
+                    else:
+                        parts.append(net(torch.as_tensor(rec[i : i + 500, None])))
+            made = torch.cat(parts)
+    images = made[:, 0].numpy()
     metrics |= {"train_s": time.perf_counter() - start,
                 "final_loss": float(np.mean(losses[-100:])) if losses else float("nan")}
     return images, np.asarray(labels, dtype=np.int64), metrics

@@ -22,10 +22,11 @@ LM layer's public interface (``forward``, ``start``/``expand``/``step``,
   token (the intervention);
 - :func:`head_activations`: each FV head's attention row at the last token and
   its value vectors at every position. Values are read through the hooks alone:
-  a second row of the same prompt has the head's layer attend with the identity
-  matrix (every position to itself), so that layer's per-head output at
-  position ``k`` is the value vector at ``k`` (earlier layers, hence the values,
-  are untouched). Rows for several layers and prompts share one forward pass.
+  in a second row of the same prompt each FV layer attends with the identity
+  matrix (every position to itself), so its per-head output at position ``k``
+  is the value vector at ``k``; those outputs are kept and then overwritten
+  with the plain row's, so later layers (and their values) stay clean. One
+  extra row per prompt serves every FV layer.
 
 Examples
 --------
@@ -317,8 +318,11 @@ def prompt_vectors(
 
 @dataclass(frozen=True)
 class HeadActivations:
-    """For one prompt and the FV heads: last-token attention rows ``alpha (A, K)``,
-    value vectors ``values (A, K, head_dim)`` and outputs ``z (A, head_dim)``."""
+    """For one prompt and the FV heads, at its last token.
+
+    ``alpha`` ``(A, K)``: attention rows; ``values`` ``(A, K, head_dim)``: value
+    vectors at every position; ``z`` ``(A, head_dim)``: the heads' outputs.
+    """
 
     alpha: np.ndarray
     values: np.ndarray
@@ -328,8 +332,18 @@ class HeadActivations:
 def _identity_patch(rows: list[int]) -> Callable[..., Any]:
     def patch(probs: torch.Tensor) -> torch.Tensor:  # (B, heads, T, keys)
         out = probs.clone()
-        eye = torch.eye(out.shape[-2], out.shape[-1], dtype=out.dtype)
-        out[rows] = eye
+        out[rows] = torch.eye(out.shape[-2], out.shape[-1], dtype=out.dtype)
+        return out
+
+    return patch
+
+
+def _value_stash(rows: list[int], clean: list[int], store: dict[int, torch.Tensor],
+                 layer: int) -> Callable[..., Any]:
+    def patch(heads: torch.Tensor) -> torch.Tensor:  # (B, T, heads, head_dim)
+        store[layer] = heads[rows].detach().clone()  # identity attention: the values
+        out = heads.clone()
+        out[rows] = heads[clean]  # the clean outputs again: later layers stay clean
         return out
 
     return patch
@@ -340,33 +354,34 @@ def head_activations(
 ) -> list[HeadActivations]:
     """Attention rows, values and outputs of the FV heads at each prompt's last token.
 
-    Each prompt runs as ``1 + len(layers)`` rows: the plain prompt (attention
-    rows and outputs), and one row per FV layer whose attention there is the
-    identity (values). ``max_rows`` bounds the rows of one forward pass.
+    Each prompt runs as two rows: the plain prompt (attention rows and outputs)
+    and a value row. In the value row every FV layer attends with the identity
+    matrix, its per-head outputs (the values at every position) are kept, and
+    they are then replaced by the plain row's outputs, so every later layer sees
+    the clean residual stream and its own values are the clean ones too.
+    ``max_rows`` bounds the rows of one forward pass.
     """
     layers = sorted({layer for layer, _ in heads})
-    per = 1 + len(layers)
-    step = max(1, max_rows // per)
+    step = max(1, max_rows // 2)
     out: list[HeadActivations] = []
     for group in _batches(len(prompts), step):
-        rows = [prompts[i].ids for i in group for _ in range(per)]
-        patches: dict[Site | str, Any] = {
-            Site("attn", layer): _identity_patch([j * per + 1 + k for j in range(len(group))])
-            for k, layer in enumerate(layers)
-        }
-        reads = [Site("heads", layer) for layer in layers] + [
+        rows = [prompts[i].ids for i in group for _ in range(2)]
+        clean, vrows = list(range(0, len(rows), 2)), list(range(1, len(rows), 2))
+        store: dict[int, torch.Tensor] = {}
+        patches: dict[Site | str, Any] = {}
+        for layer in layers:
+            patches[Site("attn", layer)] = _identity_patch(vrows)
+            patches[Site("heads", layer)] = _value_stash(vrows, clean, store, layer)
+        reads = [Site("heads", layer, (-1,)) for layer in layers] + [
             Site("attn", layer, (-1,)) for layer in layers]
         with lm.hooks(read=reads, patch=patches) as rec:
             lm.forward(rows)
         width = max(len(r) for r in rows)
         for j, i in enumerate(group):
-            pad, base = width - len(prompts[i].ids), j * per
-            alpha, values, z = [], [], []
-            for layer, h in heads:
-                k = layers.index(layer)
-                alpha.append(rec[f"attn.{layer}"][base, h, 0, pad:])
-                values.append(rec[f"heads.{layer}"][base + 1 + k, pad:, h])
-                z.append(rec[f"heads.{layer}"][base, -1, h])
+            pad = width - len(prompts[i].ids)
+            alpha = [rec[f"attn.{layer}"][2 * j, h, 0, pad:] for layer, h in heads]
+            values = [store[layer][j, pad:, h] for layer, h in heads]
+            z = [rec[f"heads.{layer}"][2 * j, 0, h] for layer, h in heads]
             out.append(HeadActivations(torch.stack(alpha).double().numpy(),
                                        torch.stack(values).double().numpy(),
                                        torch.stack(z).double().numpy()))

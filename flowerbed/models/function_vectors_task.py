@@ -258,6 +258,7 @@ def analyse_task(
     chunk: int,
     max_rows: int,
     heads: Sequence[Head] | None = None,
+    mean_heads: np.ndarray | None = None,
     ambiguous_inputs: frozenset[str] = frozenset(),
 ) -> TaskResult:
     """Heads, FV, injection accuracies, sub-FV fits, masses and hybrid qualities of one task.
@@ -266,7 +267,9 @@ def analyse_task(
     ``layers`` are the injection layers tried (:func:`fl.inject_site`); the
     first-token accuracy of the FV is reported at each, and ``fv_accuracy`` at
     the layer chosen on the even-indexed queries, measured on the odd ones.
-    With ``heads`` given, the scan is skipped (the AIE is then empty).
+    With ``heads`` given, the scan is skipped (the AIE is then empty), and
+    ``mean_heads`` (from an earlier :func:`find_heads`) spares recomputing the
+    mean activations.
     """
     if heads is None:
         scan = find_heads(lm, prompter, pool, shots=shots, n_clean=n_clean,
@@ -274,8 +277,12 @@ def analyse_task(
         top = fva.top_heads(scan.aie, n_top_heads)
         mean, aie = scan.mean_heads, scan.aie
     else:
-        clean = fl.sample_prompts(prompter, pool, n_clean, shots, derive_seed(seed, "fv.clean"))
-        mean, aie, top = fl.mean_head_activations(lm, clean, batch_size), np.zeros(0), list(heads)
+        top, aie = list(heads), np.zeros(0)
+        if mean_heads is None:
+            clean = fl.sample_prompts(prompter, pool, n_clean, shots,
+                                      derive_seed(seed, "fv.clean"))
+            mean_heads = fl.mean_head_activations(lm, clean, batch_size)
+        mean = mean_heads
     w_o = fl.output_matrices(lm, top)
     fv = fl.function_vector(w_o, mean, top)
     res = TaskResult(top, fv, aie, list(layers))

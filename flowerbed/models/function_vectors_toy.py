@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from flowerbed.models.lm_transformers import TransformersLM
     from flowerbed.models.lm_tiny import TinyLmParams
+    from flowerbed.models.lm_transformers import TransformersLM
 
 logger = logging.getLogger("flowerbed.lm.fv_toy")
 ARTEFACT_FORMAT = 1

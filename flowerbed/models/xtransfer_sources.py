@@ -155,7 +155,8 @@ def _to_rgb(images: np.ndarray, size: int, normalise: bool) -> torch.Tensor:
 
 class _TokenLayer(nn.Module):
     """A BERT layer on channel-first token embeddings ``(n, 384, L)``; layer 0 first adds
-    position and token-type embeddings and applies the embedding LayerNorm."""
+    position and token-type embeddings and applies the embedding LayerNorm.
+    """
 
     def __init__(self, layer: nn.Module, embeddings: nn.Module | None) -> None:
         super().__init__()
@@ -290,7 +291,8 @@ def conv4(dims: int, in_channels: int, width: int, size: int) -> list[PoolLayer]
 
 def waveforms(n_per_class: int, seed: int, length: int = 100) -> tuple[torch.Tensor, np.ndarray]:
     """Synthetic 1-D signals: 5 shapes (sine, square, sawtooth, triangle, chirp) x 2
-    frequency bands, random phase, amplitude and noise; standardised."""
+    frequency bands, random phase, amplitude and noise; standardised.
+    """
     gen = rng(seed, "xtransfer", "waveforms")
     t = np.linspace(0, 1, length, endpoint=False)
     rows, ys = [], []
@@ -370,7 +372,7 @@ def signal_cnn_layers() -> list[PoolLayer]:
 
 
 @functools.cache
-def source_pool(name: str, image_size: int = 64, n_blocks: int = 8, tokens: int = 32,
+def source_pool(name: str, image_size: int = 64, n_blocks: int = 8, tokens: int = 16,
                 anchors_per_class: int = 50) -> tuple[SourceLayer, ...]:
     """Source ``name``'s pool layers with anchors (built once per process)."""
     if name == "efficientnet":
@@ -393,7 +395,7 @@ def source_pool(name: str, image_size: int = 64, n_blocks: int = 8, tokens: int 
     raise ValueError(f"unknown xtransfer source {name!r}; known: {', '.join(SOURCES)}")
 
 
-def source_input(name: str, x: torch.Tensor, image_size: int = 64, tokens: int = 32
+def source_input(name: str, x: torch.Tensor, image_size: int = 64, tokens: int = 16
                  ) -> torch.Tensor:
     """A parameter-free map of sensor windows ``(n, C, T)`` to source ``name``'s input,
     for the frozen-source baselines (XTransfer itself learns this map: its connector).

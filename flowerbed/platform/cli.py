@@ -168,6 +168,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"run failed: {one_line(str(exc))}", file=sys.stderr)
         return 1
     print_summary(result, scenario.metrics.summary_keys(), args.format)
+    return _summary_names_status(scenario, result)
+
+
+def _summary_names_status(scenario: Any, result: Any) -> int:
+    """1, with one line, when names the user wrote in ``metrics.summary`` were never produced.
+
+    Checked after everything is saved; the default names are not held against
+    a run (a regression task reports no accuracy).
+    """
+    from flowerbed.core.scenario import summary_problem
+
+    if "summary" not in scenario.metrics.model_fields_set:
+        return 0
+    problem = summary_problem(scenario.metrics, result.summary, result.rows)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     return 0
 
 

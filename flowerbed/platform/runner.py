@@ -10,26 +10,22 @@ when the run stops early, and times every phase for ``summary.json``.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import logging
 import os
-import sys
 import threading
 import time
-import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from flwr.app import Context, Message
+from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
-from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
-from flowerbed.core import keys
 from flowerbed.core.records import METRICS_FILE, Recorder
 from flowerbed.core.scenario import Scenario, from_dict, load_scenario
-from flowerbed.platform.progress import LiveProgress, RunClock, activity, timed_by, waiting_text
+from flowerbed.platform.console import quiet_flower, warnings_once
+from flowerbed.platform.progress import LiveProgress, RunClock, activity, timed_by
 from flowerbed.platform.resources import check_memory, check_resources
 from flowerbed.platform.results import (
     InputPathError,
@@ -37,6 +33,11 @@ from flowerbed.platform.results import (
     check_output_dir,
     check_scenario_file,
     new_run_dir,
+)
+from flowerbed.platform.simulation_control import (
+    SimulationStoppedError,
+    engine_failure,
+    stoppable_simulation,
 )
 
 log = logging.getLogger("flowerbed")
@@ -61,10 +62,6 @@ class RunInterrupted(KeyboardInterrupt):
         where = f"; finished rounds are saved in {run_dir}" if run_dir else ""
         super().__init__(f"interrupted{where}")
         self.run_dir = run_dir
-
-
-class SimulationStoppedError(RuntimeError):
-    """Raised in a ServerApp still waiting on the grid once the simulation engine has stopped."""
 
 
 class SimulationError(RuntimeError):
@@ -163,21 +160,6 @@ def run_ray(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
     return summary
 
 
-def engine_failure(exc: BaseException) -> str:
-    """One line for an engine error: its first cause, with Flower's tracebacks left to run.log.
-
-    Flower raises ``RuntimeError("An error was encountered. Ending
-    simulation.")`` from ``RuntimeError("Simulation Runtime crashed.")`` from
-    what actually went wrong.
-    """
-    root = exc
-    while root.__cause__ is not None:
-        root = root.__cause__
-    lines = [ln.strip() for ln in str(root).splitlines() if ln.strip()]
-    first = lines[0] if lines else "(no message)"
-    return f"the simulation engine stopped: {type(root).__name__}: {first} (details in run.log)"
-
-
 @contextlib.contextmanager
 def simulation_engine(scenario: Scenario) -> Iterator[None]:
     """Settings around a ``run_simulation`` call: quiet logs, worker threads, indexed LinkState.
@@ -193,240 +175,6 @@ def simulation_engine(scenario: Scenario) -> Iterator[None]:
         indexed_link_state(),
         stoppable_simulation(),
     ):
-        yield
-
-
-def stoppable_grid(stop: threading.Event) -> type[InMemoryGrid]:
-    """Flower's in-memory Grid, raising :class:`SimulationStoppedError` once ``stop`` is set.
-
-    ``run_simulation`` runs the ServerApp in a thread of its own and the
-    engine in the caller's. When the engine ends first (Ctrl-C, a crash), the
-    stock grid leaves that thread polling for replies until
-    ``federation.timeout``, and Python waits for it before the process can
-    exit. Its waits are also shown on the live display.
-    """
-
-    class StoppableInMemoryGrid(InMemoryGrid):
-        """``InMemoryGrid`` that gives up once the simulation engine has stopped."""
-
-        def _check(self) -> None:
-            if stop.is_set():
-                raise SimulationStoppedError("the simulation engine has stopped")
-
-        def get_node_ids(self) -> Iterable[int]:
-            """Flower's node ids, unless the engine has stopped."""
-            self._check()
-            return super().get_node_ids()
-
-        def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-            """Flower's push, unless the engine has stopped."""
-            self._check()
-            return super().push_messages(messages)
-
-        def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-            """Flower's pull, unless the engine has stopped."""
-            self._check()
-            return super().pull_messages(message_ids)
-
-        def send_and_receive(
-            self, messages: Iterable[Message], *, timeout: float | None = None
-        ) -> Iterable[Message]:
-            """Push, then poll for the replies as Flower does, telling the display how many came."""
-            sent = list(messages)
-            pending = set(self.push_messages(sent))
-            kind = sent[0].metadata.message_type if sent else ""
-            group = sent[0].metadata.group_id if sent else ""
-            end = None if timeout is None else time.time() + timeout
-            replies: list[Message] = []
-            # Ray starts its workers while the first (setup) message waits for them.
-            starting = " (Ray is starting its workers)" if kind == keys.SETUP else ""
-            while pending and (end is None or time.time() < end):
-                activity(waiting_text(len(sent), len(replies), kind, group) + starting)
-                got = list(self.pull_messages(pending))
-                replies.extend(got)
-                pending.difference_update(m.metadata.reply_to_message_id for m in got)
-                if pending:
-                    time.sleep(self.pull_interval)
-            return replies
-
-    return StoppableInMemoryGrid
-
-
-@contextlib.contextmanager
-def stoppable_simulation(grace_s: float = 10.0) -> Iterator[None]:
-    """Give ``run_simulation`` the :func:`stoppable_grid`; clean up however the call ends.
-
-    On an exception (``KeyboardInterrupt`` included) the ServerApp thread is
-    released, Ray is shut down and its processes ended, and the threads the
-    call started get ``grace_s`` seconds to finish, so the process can exit.
-    Flower builds its grid from a name in its module, the one hook it offers
-    (as for the LinkState); if a release moves it, a warning says so.
-    """
-    module = importlib.import_module("flwr.simulation.run_simulation")
-    stop = threading.Event()
-    before = set(threading.enumerate())
-    hooked = getattr(module, "InMemoryGrid", None) is InMemoryGrid
-    if hooked:
-        module.InMemoryGrid = stoppable_grid(stop)  # type: ignore[attr-defined]
-    else:
-        log.warning("this Flower release builds its Grid differently; Ctrl-C may not stop at once")
-    try:
-        yield
-    except BaseException:
-        stop.set()
-        stop_ray()
-        join_threads(set(threading.enumerate()) - before, grace_s)
-        raise
-    finally:
-        stop.set()
-        if hooked:
-            module.InMemoryGrid = InMemoryGrid  # type: ignore[attr-defined]
-
-
-def join_threads(threads: Iterable[threading.Thread], grace_s: float) -> None:
-    """Wait up to ``grace_s`` seconds in all for the non-daemon ``threads`` to end."""
-    deadline = time.monotonic() + grace_s
-    for thread in threads:
-        if thread.daemon or thread is threading.current_thread():
-            continue
-        thread.join(max(0.0, deadline - time.monotonic()))
-        if thread.is_alive():
-            log.debug("thread %s still running after the simulation stopped", thread.name)
-
-
-#: What the processes of a local Ray instance (its head and its workers) are called.
-RAY_PROCESS_MARKERS = ("raylet", "gcs_server", "ray::", "ray/", "dashboard", "log_monitor")
-
-
-def stop_ray() -> None:
-    """Shut Ray down if it runs, then end any Ray process this process started.
-
-    ``ray.shutdown()`` stops the local instance it knows of; a Ctrl-C inside
-    ``ray.init`` can leave processes it does not, so this process's own Ray
-    children are ended as well (with psutil, when installed).
-    """
-    ray = sys.modules.get("ray")
-    if ray is not None:
-        try:
-            if ray.is_initialized():
-                ray.shutdown()
-        except Exception as exc:  # noqa: BLE001 - the cleanup goes on regardless
-            log.debug("ray.shutdown failed: %s", exc)
-    try:
-        import psutil
-    except ImportError:
-        return
-    children = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            text = f"{child.name()} {' '.join(child.cmdline())}"
-        except psutil.Error:
-            continue
-        if any(marker in text for marker in RAY_PROCESS_MARKERS):
-            children.append(child)
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            child.terminate()
-    _, alive = psutil.wait_procs(children, timeout=3)
-    for child in alive:
-        with contextlib.suppress(psutil.Error):
-            child.kill()
-
-
-class _DropRunSimulationBanner(logging.Filter):
-    """Drops Flower's ``run_simulation`` deprecation banner, from the console and run.log.
-
-    Flower 1.42 deprecates ``run_simulation`` in favour of ``flwr run``
-    against a simulation SuperLink, which loads a packaged app in another
-    process: not a drop-in for an engine that hands Flower live Python
-    objects and reads results back in-process. flowerbed keeps it knowingly
-    (``flwr run`` is its deployment engine), so the banner, logged on every
-    start, gives users nothing to act on.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        """False for the banner, True for every other record."""
-        if not str(record.msg).lstrip().startswith("DEPRECATED FEATURE"):
-            return True
-        args = record.args if isinstance(record.args, tuple) else (record.args,)
-        return not any("run_simulation" in str(a) for a in args)
-
-
-BANNER_FILTER = _DropRunSimulationBanner()
-
-
-@contextlib.contextmanager
-def quiet_flower() -> Iterator[None]:
-    """Keep Flower's log lines out of the terminal (they all go to run.log).
-
-    Flower's console shows nothing unless flowerbed logs at DEBUG (``-v``),
-    and then Flower's own level; it writes plain text, without colour codes,
-    when its stream is not a terminal. Client failures still reach the
-    terminal through flowerbed's own one-line warnings, named by partition id.
-    """
-    flwr_log = logging.getLogger("flwr")
-    verbose = log.isEnabledFor(logging.DEBUG)
-    console = [
-        h
-        for h in flwr_log.handlers
-        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
-    ]
-    saved = [(h.level, getattr(h, "colored", None)) for h in console]
-    for h in console:
-        if not verbose:
-            h.setLevel(logging.CRITICAL + 1)
-        if hasattr(h, "colored"):  # Flower's ConsoleHandler
-            setattr(h, "colored", _is_terminal(h.stream))  # noqa: B010 - not a StreamHandler field
-    added = BANNER_FILTER not in flwr_log.filters  # nested blocks: the outermost removes it
-    flwr_log.addFilter(BANNER_FILTER)
-    # Ray warns on every start that a future release changes a GPU env default.
-    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-    try:
-        yield
-    finally:
-        if added:
-            flwr_log.removeFilter(BANNER_FILTER)
-        for h, (level, colored) in zip(console, saved, strict=True):
-            h.setLevel(level)
-            if colored is not None:
-                setattr(h, "colored", colored)  # noqa: B010
-
-
-def _is_terminal(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # no isatty, or a closed stream
-        return False
-
-
-@contextlib.contextmanager
-def warnings_once() -> Iterator[None]:
-    """Python warnings raised during a run go to the log; each source reaches the terminal once.
-
-    Libraries warn from loops with a changing message (flwr-datasets'
-    Dirichlet partitioner on every resampling try), which Python's
-    once-per-message rule repeats. Here the first warning from each
-    (category, file, line) is a one-line WARNING; repeats go to run.log only.
-    Warning filters (``-W``, pytest's) apply as usual.
-    """
-    seen: set[tuple[Any, ...]] = set()
-
-    def show(
-        message: Warning | str,
-        category: type[Warning],
-        filename: str,
-        lineno: int,
-        file: Any = None,
-        line: str | None = None,
-    ) -> None:
-        del file, line
-        key = (category, filename, lineno)
-        level = logging.INFO if key in seen else logging.WARNING
-        seen.add(key)
-        log.log(level, "%s: %s", category.__name__, " ".join(str(message).split()))
-
-    with warnings.catch_warnings():
-        warnings.showwarning = show
         yield
 
 

@@ -1,4 +1,4 @@
-"""Strategy ``fv_decomposition``: is the global function vector a combination of client FVs?
+"""Strategy ``fv_decomposition``: the global function vector as a mix of client FVs.
 
 The client-level analogue of Wang et al.'s claim (ICML 2026, arXiv 2605.16591;
 methods_c §4, "flowerbed mapping"): clients play the demonstrations. Protocol:

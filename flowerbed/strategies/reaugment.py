@@ -73,7 +73,9 @@ def bootstrap_zoo(models: list[Arrays], weights: list[float], size: int, seed: i
     return out
 
 
-@register("strategy", "reaugment")
+@register("strategy", "reaugment", requires=(
+    (keys.TRAIN_MESSAGE, keys.AUGMENT_MESSAGE, keys.EVAL_MESSAGE),
+))
 class ReAugmentStrategy(Strategy):
     """ReAugment federated: FedAvg forecaster, broadcast zoo, local VMAE + RL augmentation."""
 

@@ -86,3 +86,27 @@ def test_transform_partitions_and_unregistered_components_are_not_cached(cache):
     finally:
         registry.unregister("dataset", "test_cache_local")
         scenario_model.cache_clear()
+
+
+def test_an_edited_user_table_is_read_again(cache, tmp_path):
+    import os
+
+    table = tmp_path / "t.csv"
+    rows = "\n".join(f"{i % 7},{(i * 3) % 5},{i % 2}" for i in range(60))
+    table.write_text("a,b,label\n" + rows + "\n")
+    scenario = from_dict(tiny_scenario(
+        dataset={"name": "csv", "path": str(table), "target": "label"},
+        partition={"name": "iid"}, model={"name": "linear"},
+    ))
+    first = _fresh(scenario)
+    edited = rows.replace("0,0,0", "6,4,0", 1)
+    assert edited != rows
+    table.write_text("a,b,label\n" + edited + "\n")
+    stat = table.stat()
+    os.utime(table, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    again = _fresh(scenario)
+    assert len(list(cache.iterdir())) == 2
+    assert not np.array_equal(
+        np.sort(first.dataset.x_train, axis=0), np.sort(again.dataset.x_train, axis=0)
+    ) or not np.array_equal(np.sort(first.dataset.x_test, axis=0),
+                            np.sort(again.dataset.x_test, axis=0))

@@ -128,9 +128,9 @@ class _Executor:
 
 def run_inline_group(points: list[SweepPoint], executor: _Executor) -> int:
     """Inline points: one after the other in this process; no simulation start-up."""
-    from flowerbed.platform import runner
+    from flowerbed.platform import console, runner
 
-    with runner.quiet_flower():
+    with console.quiet_flower():
         for point in points:
             executor.execute(point, runner.run_inline)
     return 0
