@@ -113,7 +113,9 @@ def flowerbed_arm(work: dict[str, Any], rounds: int, engine: str, out: Path) -> 
 def phases(run_dir: Path, wall: float) -> dict[str, float]:
     """Round 1 and steady-round times, and what came before and after, from ``metrics.jsonl``."""
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x]
-    ends = {r["round"]: r["time_s"] for r in rows if r.get("phase") == "server_eval"}
+    # round 0 is the initial model's evaluation, before any training
+    ends = {r["round"]: r["time_s"] for r in rows
+            if r.get("phase") == "server_eval" and r.get("round", 0) >= 1}
     connected = next((r["time_s"] for r in rows if r.get("event") == "connected"), 0.0)
     rounds = sorted(ends)
     steps = [ends[b] - ends[a] for a, b in zip(rounds, rounds[1:], strict=False)]

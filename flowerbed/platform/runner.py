@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +38,7 @@ from flowerbed.platform.results import (
 from flowerbed.platform.simulation_control import (
     SimulationStoppedError,
     engine_failure,
+    stop_ray,
     stoppable_simulation,
 )
 
@@ -119,6 +121,59 @@ def backend_config(scenario: Scenario) -> dict[str, Any]:
         "client_resources": {"num_cpus": res.num_cpus, "num_gpus": res.num_gpus},
         "init_args": init_args,
     }
+
+
+def start_ray(scenario: Scenario) -> None:
+    """Start Ray now, as Flower's Ray backend would, so the driver's work overlaps its start-up.
+
+    Flower's backend only initialises Ray when it is not running yet, so the
+    instance started here is the one the simulation uses: the same init
+    arguments and the same ``PYTHONPATH`` for the workers. The per-worker
+    thread variables are set around the call because Ray's processes inherit
+    the environment they are started in.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    args = dict(backend_config(scenario)["init_args"])
+    args.setdefault("include_dashboard", False)
+    pythonpath = os.pathsep.join(sys.path)
+    if os.environ.get("PYTHONPATH"):
+        pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"
+    with worker_threads(scenario.engine.client_resources.num_cpus):
+        os.environ["PYTHONPATH"] = pythonpath
+        ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **args)
+
+
+def overlapped(scenario: Scenario, work: Callable[[], object]) -> None:
+    """Run ``work`` (the driver's data and memory check) while Ray starts, for ``simulation``.
+
+    Ray's start-up is seconds of waiting on its own processes; building the
+    data and importing the learner's libraries meanwhile takes them off the
+    critical path. A failure of either is raised here, Ray stopped, before
+    any client starts.
+    """
+    if scenario.engine.name != "simulation":
+        work()
+        return
+    failure: list[BaseException] = []
+
+    def guarded() -> None:
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=guarded, name="flowerbed-prepare", daemon=True)
+    thread.start()
+    try:
+        start_ray(scenario)
+    finally:
+        thread.join()
+    if failure:
+        stop_ray()
+        raise failure[0]
 
 
 def run_ray(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
@@ -301,8 +356,8 @@ def run(
                 # Both fail fast, before Ray or any client starts: Ray would wait
                 # forever for resources it cannot have, and memory runs out late.
                 check_resources(scenario)
-                with clock.phase("data", "building data (memory estimate)"):
-                    check_memory(scenario)
+                with clock.phase("data", "building data (memory estimate) while Ray starts"):
+                    overlapped(scenario, lambda: check_memory(scenario))
                 engine_started = time.time()
                 summary = ENGINES[scenario.engine.name](scenario, recorder)
                 engine_s = time.time() - engine_started
