@@ -60,6 +60,10 @@ SPEC = {"icl_by_shots": [0.41, 0.69, 0.91, 1.00, 1.00], "r2_trained": 0.905, "co
 #: llm_feasibility §3: SmolLM2 antonyms, 10-shot first token 0.38, FV at layer 12: 0.40.
 FEAS = {"icl": 0.38, "fv": 0.40}
 WORD_TASKS = ("antonym", "eng_fra", "plural_singular", "past_lemma")
+#: Frequency filter per word task (WordNet tag count of the input or its lemma): common
+#: words where enough exist, as in Todd et al.'s curated lists (plural_singular: 22 pairs
+#: at 3, so every irregular plural with a tagged lemma).
+MIN_TAGS = {"antonym": 3, "eng_fra": 5, "plural_singular": 1, "past_lemma": 3}
 
 
 def log(msg: str) -> None:
@@ -89,10 +93,15 @@ def universal_heads(lm, prompter, pools, p, k) -> tuple[list[tuple[int, int]], n
         scan = ft.find_heads(lm, prompter, pool, shots=p.shots, n_clean=p.n_clean,
                              n_corrupt=p.n_corrupt, seed=derive_seed(SEED, name),
                              batch_size=p.batch_size, chunk=p.chunk)
-        cost[name] = time.perf_counter() - start
+        cost[name] = {"total": time.perf_counter() - start, "clean": scan.seconds[0],
+                      "scan": scan.seconds[1],
+                      "per_corrupted_prompt": scan.seconds[1] / p.n_corrupt,
+                      "prompt_tokens": float(np.mean([len(c.ids) for c in scan.clean]))}
         aies.append(scan.aie)
         means[name] = scan.mean_heads
-        log(f"  scan {name}: {cost[name]:.0f} s, top {fva.top_heads(scan.aie, 3)}")
+        log(f"  scan {name}: {cost[name]['total']:.0f} s "
+            f"({cost[name]['per_corrupted_prompt']:.1f} s per corrupted prompt), "
+            f"top {fva.top_heads(scan.aie, 3)}")
     mean = np.mean(aies, axis=0)
     return fva.top_heads(mean, k), mean, {"scan_seconds": cost, "mean_heads": means,
                                            "per_task_aie": {n: a.tolist() for n, a in
@@ -126,7 +135,7 @@ def regimes(lm, prompter, pool, queries, amb, heads, layer, p, seed) -> dict[str
         qm = {f"{a}_{b}": float(v.mean()) for (a, b), v in q.items()}
         out[name] = {
             "ambiguous_share": float(np.mean([a.ambiguous.mean() for a in an])),
-            **ft.attention_mass_summary(an), "quality": qm,
+            **ft.attention_mass_summary(an), **ft.hybrid_cosines(an), "quality": qm,
             "qk_effect": qm["ctx_iso"] - qm["iso_iso"], "v_effect": qm["iso_ctx"] - qm["iso_iso"],
             "qk_effect_sd": float(np.std(q[("ctx", "iso")] - q[("iso", "iso")])),
             "v_effect_sd": float(np.std(q[("iso", "ctx")] - q[("iso", "iso")])),
@@ -237,7 +246,7 @@ def smollm2(args: argparse.Namespace) -> dict[str, Any]:
     names = WORD_TASKS[:1] if args.quick else WORD_TASKS
     pools, queries, ambs = {}, {}, {}
     for n in names:
-        pairs = word_pairs(n, min_tag_count=5 if n == "eng_fra" else 1)
+        pairs = word_pairs(n, min_tag_count=MIN_TAGS[n])
         order = np.random.default_rng(derive_seed(SEED, "split", n)).permutation(len(pairs))
         ex = [Example(pairs[i][0], pairs[i][1]) for i in order]
         queries[n], pools[n] = ex[: p.n_eval], ex[p.n_eval :]
@@ -258,7 +267,7 @@ def smollm2(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def federated(args: argparse.Namespace, smollm2_heads: list | None) -> dict[str, Any]:
+def federated(args: argparse.Namespace, smollm2: dict[str, Any] | None) -> dict[str, Any]:
     import yaml
 
     import flowerbed
@@ -272,10 +281,12 @@ def federated(args: argparse.Namespace, smollm2_heads: list | None) -> dict[str,
     res = flowerbed.run(scenario, save=False)
     out["toy"] = {**res.summary["results"]["federated"], "seconds": time.perf_counter() - start}
     log(f"federated toy: R2 {out['toy']['test/decomp_r2']:.3f} ({out['toy']['seconds']:.0f} s)")
-    if smollm2_heads is not None:
+    if smollm2 is not None:
         scenario = yaml.safe_load((ROOT / "scenarios/function_vectors/smollm2_federated.yaml")
                                   .read_text())
-        scenario["learner"]["heads"] = [list(h) for h in smollm2_heads]
+        scenario["learner"]["heads"] = [list(h) for h in smollm2["heads"]]
+        fra = smollm2["tasks"].get("eng_fra", next(iter(smollm2["tasks"].values())))
+        scenario["learner"]["layers"] = [int(fra["metrics"]["fv_layer"])]
         if args.quick:
             scenario["learner"].update(n_clean=10, n_eval=12)
         start = time.perf_counter()
@@ -298,32 +309,56 @@ def report(res: dict[str, Any]) -> None:
         if model not in res:
             continue
         r = res[model]
-        print(f"\n## {model}: heads {r['heads']}  (scan {sum(r['scan_seconds'].values()):.0f} s)")
+        cost = r["scan_seconds"].values()
+        print(f"\n## {model}: heads {r['heads']}  (scans {sum(c['total'] for c in cost):.0f} s; "
+              f"{np.mean([c['per_corrupted_prompt'] for c in cost]):.1f} s per corrupted prompt "
+              f"for all {np.size(r['aie'])} heads, prompts of "
+              f"{np.mean([c['prompt_tokens'] for c in cost]):.0f} tokens)")
         if model == "toy":
             curve = np.mean(list(r["shots_curve"].values()), axis=0)
             print("ICL accuracy by shots 0/1/2/4/8: ours "
                   + "/".join(f"{a:.2f}" for a in curve) + "; spec probe "
                   + "/".join(f"{a:.2f}" for a in SPEC["icl_by_shots"]))
-        print("| task | ICL | zero-shot | +FV (layer) | shuffled | +FV | R² lsq | cos | R² equal |"
-              " R² slot | chance | R² random-init | cos random |")
-        print("|---|" + "---|" * 12)
+        layers = sorted({int(k.split("@")[1]) for t in r["tasks"].values()
+                         for k in t["metrics"] if k.startswith("fv_accuracy@")})
+        print("first-token accuracy (P(answer)) on all queries; +FV at the output of block L "
+              "(-1: embeddings); held-out: layer chosen on half the queries, scored on the rest")
+        print("| task | ICL | zero-shot | " + " | ".join(f"+FV @{L}" for L in layers)
+              + " | held-out zero-shot -> +FV (layer) | shuffled -> +FV | random-init zero-shot"
+              " -> +FV |")
+        print("|---|" + "---|" * (len(layers) + 5))
         for n, t in r["tasks"].items():
             m, c = t["metrics"], t["control"]
-            print(f"| {n} | {m['icl_accuracy']:.2f} | {m['zero_shot_accuracy_heldout']:.2f} | "
-                  f"{m['fv_accuracy']:.2f} ({m['fv_layer']:.0f}) | {m['shuffled_accuracy']:.2f} | "
-                  f"{m['fv_shuffled_accuracy']:.2f} | {m['additivity_r2']:.3f} | "
-                  f"{m['additivity_cos']:.3f} | {m['equal_r2']:.3f} | {m['slot_r2']:.3f} | "
-                  f"{m['chance_r2']:.3f} | {c['additivity_r2']:.3f} | {c['additivity_cos']:.3f} |")
+            per = " | ".join(f"{m[f'fv_accuracy@{L}']:.2f} ({m.get(f'fv_prob@{L}', np.nan):.3f})"
+                             for L in layers)
+            print(f"| {n} | {m['icl_accuracy']:.2f} | {m['zero_shot_accuracy']:.2f} "
+                  f"({m.get('zero_shot_prob', np.nan):.3f}) | {per} | "
+                  f"{m['zero_shot_accuracy_heldout']:.2f} -> {m['fv_accuracy']:.2f} "
+                  f"({m['fv_layer']:.0f}) | {m['shuffled_accuracy']:.2f} -> "
+                  f"{m['fv_shuffled_accuracy']:.2f} | {c['zero_shot_accuracy']:.2f} -> "
+                  f"{c['fv_accuracy']:.2f} |")
+        print("\nvariant A (per-prompt R² / cosine of v(P) fitted on its isolated sub-FVs)")
+        print("| task | R² lsq | cos | R² equal weights | R² per-slot | chance R² | R² random-init"
+              " | cos random-init | acc +mean v(P) | acc +mean fit |")
+        print("|---|" + "---|" * 9)
+        for n, t in r["tasks"].items():
+            m, c = t["metrics"], t["control"]
+            print(f"| {n} | {m['additivity_r2']:.3f} | {m['additivity_cos']:.3f} | "
+                  f"{m['equal_r2']:.3f} | {m['slot_r2']:.3f} | {m['chance_r2']:.3f} | "
+                  f"{c['additivity_r2']:.3f} | {c['additivity_cos']:.3f} | "
+                  f"{m['fv_prompt_mean_accuracy']:.2f} | {m['fv_additive_accuracy']:.2f} |")
         if model == "toy":
             print(f"spec probe: R² {SPEC['r2_trained']} / cos {SPEC['cos_trained']} trained vs "
                   f"{SPEC['r2_random']} / {SPEC['cos_random']} random init; FV before block 1 "
                   f"{SPEC['fv_before1'][0]} -> {SPEC['fv_before1'][1]}")
         else:
             print(f"llm_feasibility (antonym): ICL {FEAS['icl']}, FV at layer 12 {FEAS['fv']}")
+        print("\nvariant B masses and QK/V hybrids (quality q: mean P(answer) of zero-shot queries"
+              " with the hybrid FV; cos: cosine with the clean FV)")
         print("| task | regime | ambiguous share | mass amb | mass unamb | gap by slot |"
               " share shift amb | share shift unamb | QK effect | V effect | q(iso,iso) |"
-              " q(ctx,ctx) |")
-        print("|---|" + "---|" * 11)
+              " q(ctx,ctx) | cos QK effect | cos V effect |")
+        print("|---|" + "---|" * 13)
         for n, t in r["tasks"].items():
             for reg, g in t.get("regimes", {}).items():
                 q = g["quality"]
@@ -331,7 +366,9 @@ def report(res: dict[str, Any]) -> None:
                       f"{fmt(g.get('mass_ambiguous'))} | {fmt(g.get('mass_unambiguous'))} | "
                       f"{fmt(g.get('mass_gap_by_slot'))} | {fmt(g.get('share_shift_ambiguous'))}"
                       f" | {fmt(g.get('share_shift_unambiguous'))} | {g['qk_effect']:+.4f} | "
-                      f"{g['v_effect']:+.4f} | {q['iso_iso']:.4f} | {q['ctx_ctx']:.4f} |")
+                      f"{g['v_effect']:+.4f} | {q['iso_iso']:.4f} | {q['ctx_ctx']:.4f} | "
+                      f"{g.get('cos_qk_effect', np.nan):+.3f} | "
+                      f"{g.get('cos_v_effect', np.nan):+.3f} |")
         if model == "toy":
             print(f"spec probe: mass {SPEC['mass_unamb']} unambiguous vs {SPEC['mass_amb']} "
                   "ambiguous")
@@ -373,7 +410,10 @@ def plot_all(res: dict[str, Any], folder: Path, suffix: str = "") -> list[Path]:
         im = ax.imshow(aie.T, aspect="auto", cmap="viridis", origin="lower")
         for layer, h in res[m]["heads"]:
             ax.plot(layer, h, "s", mfc="none", mec="red", ms=9)
-        ax.set(xlabel="layer", ylabel="head", title=f"{m}: mean AIE over tasks (red: FV heads)")
+        ax.set(xlabel="layer", ylabel="head", title=f"{m}: mean AIE over tasks (red: FV heads)",
+               yticks=range(aie.shape[1]))
+        if aie.shape[0] <= 8:
+            ax.set_xticks(range(aie.shape[0]))
         fig.colorbar(im, ax=ax, label="average indirect effect")
     written.append(_save(fig, folder / f"function_vectors_aie{suffix}.png"))
 
@@ -402,9 +442,9 @@ def plot_all(res: dict[str, Any], folder: Path, suffix: str = "") -> list[Path]:
                     for t in tasks.values()]
             ax.bar(x + (j - 2) * 0.16, vals, 0.16, label=label)
         ax.set_xticks(x, list(tasks), rotation=20)
-        ax.set(ylabel="R² of v(P)", ylim=(min(0, ax.get_ylim()[0]), 1.12),
+        ax.set(ylabel="R² of v(P)", ylim=(min(0, ax.get_ylim()[0]), 1.3),
                title=f"{m}: additivity (variant A) vs controls")
-        ax.legend(fontsize=7, ncol=3, loc="upper center")
+        ax.legend(fontsize=7, ncol=3, loc="upper center", framealpha=0.9)
     written.append(_save(fig, folder / f"function_vectors_additivity{suffix}.png"))
 
     rows = [(m, n, reg, g) for m in models for n, t in res[m]["tasks"].items()
@@ -464,6 +504,8 @@ def main() -> None:
     ap.add_argument("--n-corrupt", type=int, default=10, help="SmolLM2 corrupted prompts")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--report-only", action="store_true",
+                    help="print the tables and draw the plots from the saved results")
     args = ap.parse_args()
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -471,20 +513,23 @@ def main() -> None:
     path = args.out / name
     res: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     start = time.perf_counter()
+    if args.report_only:
+        args.models = []
     for model in [m for m in ("toy", "smollm2") if m in args.models]:
         t = time.perf_counter()
         res[model] = toy(args) if model == "toy" else smollm2(args)
         res[model]["seconds"] = time.perf_counter() - t
         path.write_text(json.dumps(res, indent=1, default=float) + "\n")
     if "federated" in args.models:
-        res["federated"] = federated(args, res.get("smollm2", {}).get("heads"))
-    res["seconds_this_run"] = time.perf_counter() - start
-    path.write_text(json.dumps(res, indent=1, default=float) + "\n")
+        res["federated"] = federated(args, res.get("smollm2"))
+    if not args.report_only:
+        res["seconds_this_run"] = time.perf_counter() - start
+        path.write_text(json.dumps(res, indent=1, default=float) + "\n")
     report(res)
     if not args.no_plots:
         for png in plot_all(res, IMG, suffix="_quick" if args.quick else ""):
             print("wrote", png)
-    print(f"\nwall time {res['seconds_this_run']:.0f} s; results in {path}")
+    print(f"\nwall time of the last run {res.get('seconds_this_run', 0):.0f} s; results in {path}")
 
 
 if __name__ == "__main__":

@@ -23,8 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +154,7 @@ def markdown(table: dict[str, Any], claim: dict[str, Any], meta: dict[str, Any])
 
 
 # --------------------------------------------------------------------------- figures
-def crops_figure(rows: list[dict[str, Any]], path: Path) -> None:
+def crops_figure(rows: list[dict[str, Any]], path: Path, args_size: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -180,33 +181,39 @@ def crops_figure(rows: list[dict[str, Any]], path: Path) -> None:
             ax.set_title(title + ("" if psnr is None else f"\n{psnr:.2f} dB"), fontsize=8)
             if j == 0:
                 ax.set_ylabel(task_label(r["task"], r["sigma"]), fontsize=8)
-    fig.suptitle("camera (48\u00d748), seed 0: restorations and PSNR", fontsize=10)
+    fig.suptitle(f"camera ({args_size}\u00d7{args_size}), seed 0: restorations and PSNR",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
 
 
-def curves(args: argparse.Namespace) -> dict[str, Any]:
-    """Longer fits on two pictures (denoise sigma=25): PSNR every 25 iterations."""
+def curve_one(job: tuple[str, argparse.Namespace]) -> dict[str, Any]:
+    """A longer fit on one picture (denoise sigma=25): PSNR every 25 iterations."""
     import torch
 
     from flowerbed.clients.lottery_prior_learner import LotteryPriorParams, observe, restore_image
 
     torch.set_num_threads(1)
-    out: dict[str, Any] = {}
-    for name in ("camera", "coins"):
-        p = LotteryPriorParams(task="denoise", sigma=25.0, iters=args.curve_iters,
-                               polish_iters=0, ensemble_size=1, baselines=("dip",),
-                               dip_iters=args.curve_iters)
-        clean = _clean(name, args)
-        res = restore_image(p, clean, observe(p, clean, 0, name), 7, track_every=25)
-        out[name] = {k: v for k, v in res.curves.items()}
-        out[name]["noisy_psnr"] = float(
-            10 * np.log10(1 / np.mean((observe(p, clean, 0, name).y - clean) ** 2)))
+    name, args = job
+    p = LotteryPriorParams(task="denoise", sigma=25.0, iters=args.curve_iters, polish_iters=0,
+                           ensemble_size=1, baselines=("dip",), dip_iters=args.curve_iters)
+    clean = _clean(name, args)
+    obs = observe(p, clean, 0, name)
+    res = restore_image(p, clean, obs, 7, track_every=25)
+    out: dict[str, Any] = dict(res.curves)
+    out["noisy_psnr"] = float(10 * np.log10(1 / np.mean((obs.y - clean) ** 2)))
     return out
 
 
-def curves_figure(data: dict[str, Any], path: Path) -> None:
+def curves(args: argparse.Namespace) -> dict[str, Any]:
+    """PSNR-vs-iteration curves on camera and coins, one process each."""
+    names = ("camera", "coins")
+    with ProcessPoolExecutor(max_workers=min(args.workers, len(names))) as pool:
+        return dict(zip(names, pool.map(curve_one, [(n, args) for n in names]), strict=True))
+
+
+def curves_figure(data: dict[str, Any], path: Path, size: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -223,7 +230,7 @@ def curves_figure(data: dict[str, Any], path: Path) -> None:
         ax.axhline(c["noisy_psnr"], color="grey", ls=":", label="noisy input")
         ax.set_xlabel("iteration")
         ax.set_ylabel("PSNR (dB)")
-        ax.set_title(f"{name} 48\u00d748, denoise \u03c3=25")
+        ax.set_title(f"{name} {size}\u00d7{size}, denoise \u03c3=25")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
@@ -263,16 +270,56 @@ def timing_256(iters: int, threads: int = 2) -> dict[str, Any]:
             "threads": threads, "timed_iters": iters, "load_avg": os.getloadavg()[0]}
 
 
+def _key(job: tuple[Any, ...]) -> str:
+    name, task, sigma, seed, args = job
+    return f"{name}|{task}|{sigma:g}|{seed}|{args.size}|{args.crop}|{args.iters}|{args.dip_iters}"
+
+
+def run_grid(jobs: list[tuple[Any, ...]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Run every cell (in ``args.workers`` processes), resuming from ``cells.jsonl``."""
+    cache = args.out / "cells.jsonl"
+    done: dict[str, dict[str, Any]] = {}
+    if cache.exists():
+        for line in cache.read_text().splitlines():
+            rec = json.loads(line)
+            done[rec["key"]] = rec["row"]
+    todo = [j for j in jobs if _key(j) not in done]
+    print(f"{len(jobs) - len(todo)} cells cached, {len(todo)} to run", file=sys.stderr)
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=args.workers) as pool, cache.open("a") as fh:
+        futures = {pool.submit(cell, j): j for j in todo}
+        for i, fut in enumerate(as_completed(futures), 1):
+            job, row = futures[fut], fut.result()
+            done[_key(job)] = row
+            fh.write(json.dumps({"key": _key(job), "row": row}) + "\n")
+            fh.flush()
+            print(f"[{i}/{len(todo)}] {job[0]} {job[1]} {job[2]:g} seed {job[3]}: "
+                  f"LP {row['metrics']['psnr_lp']:.2f} dB, "
+                  f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return [done[_key(j)] for j in jobs]
+
+
+def _cached(path: Path, make: Any) -> Any:
+    """``make()``, kept in ``path`` (JSON) so a later report reuses it."""
+    if path.exists():
+        return json.loads(path.read_text())
+    value = make()
+    path.write_text(json.dumps(value))
+    return value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/lottery_prior"))
     ap.add_argument("--quick", action="store_true", help="2 pictures, 1 seed, short fits")
+    ap.add_argument("--part", choices=("all", "grid", "curves", "timing", "report"),
+                    default="all", help="run one part; 'report' only tabulates what is cached")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--size", type=int, default=48)
-    ap.add_argument("--crop", type=int, default=96)
-    ap.add_argument("--iters", type=int, default=500)
-    ap.add_argument("--dip-iters", type=int, default=800)
-    ap.add_argument("--curve-iters", type=int, default=2000)
+    ap.add_argument("--size", type=int, default=32)
+    ap.add_argument("--crop", type=int, default=64)
+    ap.add_argument("--iters", type=int, default=300)
+    ap.add_argument("--dip-iters", type=int, default=500)
+    ap.add_argument("--curve-iters", type=int, default=1500)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     args = ap.parse_args()
     images = IMAGES
@@ -283,19 +330,44 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     start = time.perf_counter()
     jobs = [(n, t, s, seed, args) for seed in args.seeds for t, s in TASKS for n in images]
-    with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        rows = list(pool.map(cell, jobs))
-    grid_s = time.perf_counter() - start
+    part = args.part
+    if part == "report":
+        rows = cached_rows(jobs, args)
+    elif part in ("all", "grid"):
+        rows = run_grid(jobs, args)
+    if part in ("all", "curves"):
+        _cached(args.out / "curves.json", lambda: curves(args))
+    if part in ("all", "timing"):
+        _cached(args.out / "timing_256.json", lambda: timing_256(20 if args.quick else 50))
+    if part not in ("all", "report", "grid"):
+        return
+    report(rows, args, images, time.perf_counter() - start)
+
+
+def cached_rows(jobs: list[tuple[Any, ...]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The cells already in ``cells.jsonl`` (a partial grid gives a partial table)."""
+    cache = args.out / "cells.jsonl"
+    done = {}
+    if cache.exists():
+        for line in cache.read_text().splitlines():
+            rec = json.loads(line)
+            done[rec["key"]] = rec["row"]
+    return [done[_key(j)] for j in jobs if _key(j) in done]
+
+
+def report(rows: list[dict[str, Any]], args: argparse.Namespace, images: tuple[str, ...],
+           seconds: float) -> None:
+    """Tables, figures and the JSON record from the cells and whatever parts are cached."""
     table, claim = summarise(rows), claims(rows)
     meta = {"size": args.size, "crop": args.crop, "images": list(images), "seeds": args.seeds,
-            "iters": args.iters, "dip_iters": args.dip_iters, "grid_seconds": grid_s,
-            "workers": args.workers, "load_avg": os.getloadavg()[0]}
-    crops_figure(rows, args.out / "lottery_prior_crops.png")
-    t = time.perf_counter()
-    curve = curves(args)
-    curves_figure(curve, args.out / "lottery_prior_curves.png")
-    meta["curve_seconds"] = time.perf_counter() - t
-    timing = timing_256(20 if args.quick else 50)
+            "iters": args.iters, "dip_iters": args.dip_iters, "cells": len(rows),
+            "workers": args.workers, "load_avg": os.getloadavg()[0], "seconds": seconds}
+    crops_figure(rows, args.out / "lottery_prior_crops.png", args.size)
+    curve_file, timing_file = args.out / "curves.json", args.out / "timing_256.json"
+    curve = json.loads(curve_file.read_text()) if curve_file.exists() else None
+    timing = json.loads(timing_file.read_text()) if timing_file.exists() else None
+    if curve:
+        curves_figure(curve, args.out / "lottery_prior_curves.png", args.size)
     md = markdown(table, claim, meta)
     md += "\n" + json.dumps({"timing_256": timing, "meta": meta}, indent=1) + "\n"
     (args.out / "lottery_prior.md").write_text(md)
@@ -304,7 +376,7 @@ def main() -> None:
         {"table": table, "claims": claim, "timing_256": timing, "meta": meta, "rows": slim,
          "curves": curve}, indent=1))
     print(md)
-    print(f"wall time {time.perf_counter() - start:.0f} s (grid {grid_s:.0f} s)")
+    print(f"wall time {seconds:.0f} s")
 
 
 if __name__ == "__main__":

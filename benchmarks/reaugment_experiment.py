@@ -5,10 +5,10 @@ and Forecasting", arXiv 2409.06282. Claim: augmenting the windows a zoo of
 forecasters disagrees on, with a policy trained by REINFORCE on the zoo's backtest
 errors, improves few-shot forecasting across architectures. Checked as: ReAugment's
 test MSE is below both no augmentation (``none``) and random augmentation (``vmae``:
-the same augmenter on random windows, no RL) on most (dataset × forecaster) cells of
+the same augmenter on random windows, no RL) on most (dataset x forecaster) cells of
 the few-shot columns (5 %, 10 %), federated and centralized.
 
-Every point of the grid (dataset × forecaster × few-shot % × seed) is one flowerbed
+Every point of the grid (dataset x forecaster x few-shot % x seed) is one flowerbed
 run (engine inline): strategy ``reaugment`` (federated zoo, FedAvg per arm) and the
 ``centralized`` baseline (K-fold zoo on the pooled windows) on identical windows.
 Results are appended to ``<out>/runs_<families>.jsonl`` as they finish; a re-run skips done points.
@@ -120,7 +120,7 @@ def markdown(table: dict, rows: list[dict]) -> str:
             for a in arms:
                 v = table.get((d, f, p, setting, a, "mse"))
                 if v is None:
-                    vals.append("–")
+                    vals.append("-")
                     continue
                 cell = f"{np.mean(v):.3f}±{np.std(v):.3f}"
                 m = table.get((d, f, p, setting, a, "mase"))
@@ -140,7 +140,7 @@ def markdown(table: dict, rows: list[dict]) -> str:
     cost: dict = {}
     for row in rows:
         cost.setdefault(row["dataset"], []).append((row["wall_s"], row["cpu_s"]))
-    lines += ["", "Cost per run (dataset × model × % × seed; federated + centralized, all arms):",
+    lines += ["", "Cost per run (dataset x model x % x seed; federated + centralized, all arms):",
               ""]
     for d, v in sorted(cost.items()):
         arr = np.array(v)
@@ -174,10 +174,10 @@ def plot(table: dict, path: Path) -> None:
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xticks(np.arange(len(arms_)), arms_, rotation=40, ha="right")
         ax.set_title(f"{setting}: test MSE vs no augmentation")
-        ax.set_ylabel("MSE change vs none (%, mean over cells); < 0 is better")
         ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("MSE change vs none (%, mean over cells); < 0 is better")
     axes[1].legend(loc="upper right", fontsize=8)
-    fig.suptitle("ReAugment and baselines (mean over datasets × forecasters × seeds)")
+    fig.suptitle("ReAugment and baselines (mean over datasets x forecasters x seeds)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

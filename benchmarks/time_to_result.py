@@ -24,6 +24,7 @@ and rounds, smoke).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -94,7 +95,8 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     wall = time.perf_counter() - start
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:3])} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        tail = f"{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        raise RuntimeError(f"{' '.join(cmd[:3])} failed:\n{tail}")
     return wall, done.stdout + done.stderr
 
 
@@ -118,7 +120,7 @@ def phases(run_dir: Path, wall: float) -> dict[str, float]:
             if r.get("phase") == "server_eval" and r.get("round", 0) >= 1}
     connected = next((r["time_s"] for r in rows if r.get("event") == "connected"), 0.0)
     rounds = sorted(ends)
-    steps = [ends[b] - ends[a] for a, b in zip(rounds, rounds[1:], strict=False)]
+    steps = [ends[b] - ends[a] for a, b in itertools.pairwise(rounds)]
     summary = json.loads((run_dir / "summary.json").read_text())
     return {
         "to_connected_s": connected,

@@ -276,3 +276,237 @@ def test_masking_fdus_hurts_the_all_unit_probe_more_than_random_units():
         accs_fdu.append(probe.accuracy(det.proba(x, masked=sel.fdus), fake))
         accs_rand.append(probe.accuracy(det.proba(x, masked=rand), fake))
     assert np.mean(accs_fdu) < np.mean(accs_rand) - 0.05
+
+
+# --------------------------------------------------------------------------- data and backbone
+
+TINY_GEN = {"steps": 20, "flow_steps": 20, "train_rows": 200, "bank_size": 100, "width": 8,
+            "sample_steps": 3, "batch_size": 16}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        path = tmp_path_factory.mktemp("dna_cache")
+        mp.setenv("FLOWERBED_CACHE", str(path))
+        yield path
+
+
+def pca_dataset(**changes):
+    from flowerbed.data.dna_data import DnaFakesParams, dna_fakes
+
+    spec = {"seen": ["pca"], "unseen": [], "train_per_class": 12, "test_per_class": 20,
+            "generator": TINY_GEN, **changes}
+    return dna_fakes(DnaFakesParams.model_validate(spec), seed=0)
+
+
+def test_dna_fakes_labels_splits_and_post_processing(cache):
+    from flowerbed.data.dna_data import label_parts
+
+    ds = pca_dataset()
+    parts = label_parts(ds.meta)
+    assert parts.sources == ("real", "seen:pca") and parts.num_semantic == 10
+    assert ds.x_train.shape == (24, 784) and ds.x_test.shape == (40, 784)
+    np.testing.assert_array_equal(parts.fake(ds.y_train), np.repeat([0, 1], 12))
+    # every real training image is a post-processed task-part Fashion-MNIST image:
+    # close to its source, but most are no longer bit-identical (JPEG / resizing)
+    from flowerbed.data.dna_data import real_images
+
+    reals, _ = real_images("fashion_mnist", "task")
+    flat = reals.reshape(len(reals), -1)
+    dist = np.abs(ds.x_train[:12, None, :] - flat[None]).mean(-1).min(1)
+    assert np.all(dist < 0.1) and np.mean(dist > 1e-6) > 0.5
+    none = pca_dataset(post={"jpeg_prob": 0.0, "resize_prob": 0.0})
+    dist0 = np.abs(none.x_train[:12, None, :] - flat[None]).mean(-1).min(1)
+    np.testing.assert_allclose(dist0, 0.0, atol=1e-7)
+
+
+def test_skimage_patch_source_keeps_its_three_parts_apart():
+    pytest.importorskip("skimage")
+    from flowerbed.data.dna_data import PATCH_BANDS, real_images
+
+    x, y = real_images("skimage_patches", "task", 40, seed=1)
+    assert x.shape == (40, 28, 28) and np.bincount(y).tolist() == [4] * 10
+    assert 0.0 <= x.min() and x.max() <= 1.0
+    bands = sorted(PATCH_BANDS.values())
+    assert all(a[1] <= b[0] for a, b in zip(bands, bands[1:], strict=False))
+
+
+def test_dna_fakes_refuses_bad_input_in_one_line():
+    from pydantic import ValidationError
+
+    from flowerbed.data.base import DatasetMeta
+    from flowerbed.data.dna_data import DnaFakesParams, label_parts
+
+    with pytest.raises(ValidationError, match="both seen and unseen"):
+        DnaFakesParams.model_validate({"seen": ["vae"], "unseen": ["vae"]})
+    with pytest.raises(ValidationError, match="jpeg_quality"):
+        DnaFakesParams.model_validate({"post": {"jpeg_quality": [90, 10]}})
+    with pytest.raises(ValueError, match="needs the dna_fakes dataset"):
+        label_parts(DatasetMeta(name="digits", task="classification", num_features=64,
+                                class_names=("0", "1")))
+
+
+def test_efficientnet_layers_match_the_network(cache):
+    import torch
+
+    from flowerbed.models.dna_backbone import (
+        EFFNET_LAYERS,
+        DnaBackboneParams,
+        extract,
+        finetune_parts,
+    )
+    from flowerbed.models.encoders import EfficientNetEncoder, EfficientNetParams
+
+    ds = pca_dataset()
+    x = ds.x_train[:6]
+    p = DnaBackboneParams(image_size=32)
+    feats = extract(p, x, ds.meta, maps=True, cut_after=14)
+    assert feats.names == EFFNET_LAYERS
+    widths = [32, 16, 24, 24, 40, 40, 80, 80, 80, 112, 112, 112, 192, 192, 192, 192, 320, 1280]
+    assert [f.shape[1] for f in feats.pooled] == widths
+    ref = EfficientNetEncoder(EfficientNetParams(image_size=32)).encode(x, ds.meta)
+    np.testing.assert_allclose(feats.layer("head"), ref, rtol=1e-4, atol=1e-5)
+    assert all(np.allclose(m.sum(1), 1.0) for m in feats.maps)
+    tail, cut = finetune_parts(p, 2, seed=0)
+    with torch.no_grad():
+        h = torch.as_tensor(feats.cut)
+        for block in tail.blocks:
+            h = block(h)
+        head = torch.nn.functional.relu6(tail.bn(tail.conv_head(h))).mean(dim=(2, 3))
+    assert cut == 14
+    np.testing.assert_allclose(head.numpy(), ref, rtol=1e-4, atol=1e-5)
+    again = extract(p, x, ds.meta, maps=True, cut_after=14)  # from the disk cache
+    np.testing.assert_array_equal(again.layer("block7"), feats.layer("block7"))
+
+
+def test_two_tower_tower_adds_the_projection_head_as_its_final_layer(cache, monkeypatch):
+    import torch
+
+    from flowerbed.models import dna_backbone
+    from flowerbed.models.encoders import EfficientNetEncoder, EfficientNetParams
+    from flowerbed.models.two_tower_heads import Heads
+
+    torch.manual_seed(0)
+    heads = Heads(8, 0).eval()
+    monkeypatch.setattr(dna_backbone, "_two_tower_heads", lambda: heads)
+    ds = pca_dataset()
+    x = ds.x_train[:4]
+    p = dna_backbone.DnaBackboneParams(name="two_tower", image_size=32, cache=False)
+    feats = dna_backbone.extract(p, x, ds.meta, maps=True)
+    assert feats.names[-1] == "proj" and feats.maps[-1] is None
+    ref = EfficientNetEncoder(EfficientNetParams(image_size=32)).encode(x, ds.meta)
+    with torch.no_grad():
+        proj = heads.embed_image(torch.as_tensor(ref)).numpy()
+    np.testing.assert_allclose(feats.layer("proj"), proj, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_open_clip_vit_layers_and_attention(tmp_path):
+    import torch
+
+    from flowerbed.models.dna_backbone import DnaBackboneParams, extract
+    from flowerbed.models.vlm_open_clip import TINY_NAME, build_open_clip
+
+    net = build_open_clip(TINY_NAME, None)
+    ckpt = tmp_path / "tiny.pt"
+    torch.save(net.state_dict(), ckpt)
+    gen = np.random.default_rng(0)
+    from flowerbed.data.base import DatasetMeta
+
+    meta = DatasetMeta(name="x", task="classification", num_features=784, input_shape=(28, 28))
+    x = gen.random((5, 784)).astype(np.float32)
+    p = DnaBackboneParams(name="open_clip", model=TINY_NAME, checkpoint=str(ckpt), cache=False)
+    feats = extract(p, x, meta)
+    assert feats.names == ("block1", "block2", "embed")
+    assert feats.maps[0].shape == (5, 16) and np.allclose(feats.maps[1].sum(1), 1.0, atol=1e-5)
+    v = build_open_clip(TINY_NAME, str(ckpt)).visual
+    with torch.no_grad():
+        ref = (v.ln_post(torch.as_tensor(feats.layer("block2"))) @ v.proj).numpy()
+    np.testing.assert_allclose(feats.layer("embed"), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_learner_statistics_from_two_clients_select_what_the_pooled_images_select(cache):
+    from flowerbed.clients.dna_learner import DnaLearner, DnaParams
+    from flowerbed.clients.learner import TaskContext
+    from flowerbed.core.messages import Payload
+    from flowerbed.core.scenario import from_dict
+    from flowerbed.data.base import ClientData
+
+    scenario = from_dict({
+        "name": "dna_unit", "seed": 0, "num_clients": 2, "rounds": 1,
+        "dataset": {"name": "dna_fakes", "seen": ["pca"], "unseen": [], "train_per_class": 12,
+                    "test_per_class": 20, "generator": TINY_GEN},
+        "partition": {"name": "iid"}, "clients": {"local_test_fraction": 0.0},
+        "learner": {"name": "dna", "backbone": {"image_size": 32}, "num_folds": 3},
+        "strategy": {"name": "dna"}, "engine": "inline"})
+    learner = DnaLearner(DnaParams.model_validate(scenario.component("learner").model_dump(
+        exclude={"name"})), scenario=scenario)
+    ds = pca_dataset()
+    halves = [np.arange(0, 24, 2), np.arange(1, 24, 2)]
+    replies = []
+    for pid, rows in enumerate(halves):
+        data = ClientData(pid, ds.x_train[rows], ds.y_train[rows], ds.x_test[:0],
+                          ds.y_test[:0], ds.meta)
+        replies.append(learner.query_dna_stats(data, Payload(), TaskContext(scenario, pid, 0, 0)))
+    names = tuple(replies[0].config["layers"])
+    merged = dna.merge([[dna.LayerStats.from_arrays(r.arrays, str(i)) for i in range(18)]
+                        for r in replies])
+    fed, pooled = learner.plan(names, merged), learner.plan(*learner.stats(
+        ds.x_train, ds.y_train, ds.meta))
+    assert fed.selection.layer == pooled.selection.layer
+    np.testing.assert_array_equal(fed.selection.fdus, pooled.selection.fdus)
+    for arm in ("fdu", "random_units", "top_d", "final_layer"):
+        np.testing.assert_array_equal(fed.sets[arm][1], pooled.sets[arm][1])
+    sent = sum(a.nbytes for a in replies[0].arrays.values())
+    assert sent == sum(st.nbytes() for st in merged)
+
+
+# --------------------------------------------------------------------------- generators, run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["vae", "tconv_ae", "flow"])
+def test_tiny_generators_train_and_are_cached(cache, family):
+    from flowerbed.core.artefacts import ensure_artefact
+    from flowerbed.models.dna_generators import DnaGeneratorParams
+
+    p = DnaGeneratorParams.model_validate({**TINY_GEN, "family": family})
+    path = ensure_artefact("dna_generator", p)
+    stamp = path.stat().st_mtime_ns
+    with np.load(path) as blob:
+        images, labels = blob["images"], blob["labels"]
+    assert images.shape == (100, 28, 28) and images.dtype == np.uint8
+    if family == "tconv_ae":  # reconstructions keep the classes of the images they rebuild
+        from flowerbed.data.dna_data import real_images
+
+        np.testing.assert_array_equal(labels, real_images("fashion_mnist", "reconstruct",
+                                                          100)[1])
+    else:  # conditional samples, balanced over the classes
+        np.testing.assert_array_equal(np.bincount(labels, minlength=10), [10] * 10)
+    assert images.std() > 0
+    assert ensure_artefact("dna_generator", p).stat().st_mtime_ns == stamp  # not retrained
+
+
+@pytest.mark.slow
+def test_inline_run_matches_pooled_fdus_and_reports_bytes(cache, tmp_path):
+    import flowerbed
+
+    scenario = {
+        "name": "dna_tiny", "seed": 0, "num_clients": 3, "rounds": 2,
+        "dataset": {"name": "dna_fakes", "seen": ["pca"], "unseen": ["tconv_ae"],
+                    "train_per_class": 24, "test_per_class": 40, "generator": TINY_GEN},
+        "partition": {"name": "iid"}, "clients": {"local_test_fraction": 0.0},
+        "learner": {"name": "dna", "backbone": {"image_size": 32}, "num_folds": 4,
+                    "finetune_epochs": 3, "finetune_round_epochs": 2},
+        "strategy": {"name": "dna"}, "engine": "inline", "baselines": ["centralized"]}
+    res = flowerbed.run(scenario, output_dir=tmp_path).summary["results"]
+    fed, central = res["federated"], res["centralized"]
+    assert fed["test/dna_fdus_match_pooled"] == 1.0
+    assert fed["test/dna_layer"] == central["test/dna_layer"]
+    assert fed["test/dna_num_fdus"] == central["test/dna_num_fdus"]
+    for arm in ("fdu", "all_units", "random_units", "top_d", "final_layer", "finetune"):
+        for src in (fed, central):
+            assert 0.0 <= src[f"test/{arm}_acc_unseen"] <= 1.0
+    assert fed["comm/fdu_probe_bytes_up_per_client_round"] == (fed["test/dna_num_fdus"] + 1) * 8
+    assert fed["comm/image_bytes_per_client"] == 16 * 784  # 48 images over 3 clients

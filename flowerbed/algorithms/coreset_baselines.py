@@ -24,8 +24,8 @@ lines in ``tests/test_coreset_icl.py``):
   2 sum_{s in S} cos_se`` (``lam = 1``), plain greedy.
 - ``mfl`` (facility location, as in SubSA's ``mfl``): ``gain(e) = sum_i
   relu(cos_ie - maxsim_i(S))``, ``maxsim`` starting at -1; lazy greedy (exact:
-  the gains never increase), one ``O(n d)`` evaluation per refresh, so a 100k
-  pool needs no ``n x n`` matrix.
+  the gains never increase) refreshing blocks of candidates, so no ``n x n``
+  matrix is stored; the first refresh still touches every pair.
 
 IDEAL (influence maximisation with Monte-Carlo cascades) is not implemented:
 its ``O(n B R)`` simulations per selection do not fit a CPU budget here.
@@ -41,7 +41,6 @@ True
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from typing import Any
 
@@ -175,10 +174,17 @@ def _votek_greedy(votes: Votes, budget: int, taken: np.ndarray, times: np.ndarra
         times[votes.voters(u)] += 1
 
 
+def _graph(emb: np.ndarray, k: int, graph: Graph | None) -> Graph:
+    """``graph`` if it keeps enough neighbours, else a new one with ``k``."""
+    if graph is not None and graph.k >= min(k, graph.n - 1):
+        return graph
+    return cs.knn_graph(emb, k)
+
+
 def fast_votek(emb: np.ndarray, budget: int, *, k: int = VOTEK_K,
                graph: Graph | None = None) -> np.ndarray:
     """Fast vote-k: greedy on votes discounted by ``10^-times`` (Su et al., 2022)."""
-    g = graph if graph is not None else cs.knn_graph(emb, k)
+    g = _graph(emb, k, graph)
     votes = Votes(g, k)
     out: list[int] = []
     _votek_greedy(votes, budget, np.zeros(g.n, dtype=bool), np.zeros(g.n, dtype=np.int64), out)
@@ -188,7 +194,7 @@ def fast_votek(emb: np.ndarray, budget: int, *, k: int = VOTEK_K,
 def votek(emb: np.ndarray, budget: int, confidence: Confidence, *, seed: int = 0,
           k: int = VOTEK_K, graph: Graph | None = None) -> np.ndarray:
     """Vote-k: fast vote-k for ``B/10`` points, then one per confidence bucket (Su et al., 2022)."""
-    g = graph if graph is not None else cs.knn_graph(emb, k)
+    g = _graph(emb, k, graph)
     votes = Votes(g, k)
     n = g.n
     first = min(budget, max(1, round(budget * VOTEK_FIRST)))
@@ -243,38 +249,52 @@ def subsa(emb: np.ndarray, budget: int, lam: float = 1.0) -> np.ndarray:
     return np.asarray(out)
 
 
-def mfl(emb: np.ndarray, budget: int) -> np.ndarray:
-    """Facility location ``sum_i max_{s in S} cos_is`` (from -1), lazy greedy."""
+def mfl(emb: np.ndarray, budget: int, block: int = 256) -> np.ndarray:
+    """Facility location ``sum_i max_{s in S} cos_is`` (from -1), lazy greedy.
+
+    Stale gains are upper bounds (gains never increase); the highest stale
+    candidates are refreshed together with one ``(m, n)`` product, ``m`` starting
+    at ``block`` and doubling while a step needs more. No ``n x n`` matrix is
+    stored, but the first refresh touches every pair, as the kNN graph does.
+    """
     e = cs.unit_rows(emb)
     n = len(e)
     best = np.full(n, -1.0)
     # at S = {} every cos + 1 >= 0, so the first gains are n + e . sum(e); the slack
     # keeps them upper bounds of the relu sums despite rounding
-    first = n + (e @ e.sum(axis=0)).astype(np.float64) + 1e-6 * n
-    heap = [(-float(v), i) for i, v in enumerate(first)]
-    heapq.heapify(heap)
-    fresh = np.full(n, -1, dtype=np.int64)  # step at which each stale gain was computed
+    bound = n + (e @ e.sum(axis=0)).astype(np.float64) + 1e-6 * n
+    fresh = np.full(n, -1, dtype=np.int64)  # step at which each bound was made exact
     out: list[int] = []
+    size = block
     while len(out) < budget:
-        _, j = heapq.heappop(heap)
+        j = int(np.argmax(bound))
         if fresh[j] == len(out):
             out.append(j)
+            bound[j] = -np.inf
             best = np.maximum(best, (e @ e[j]).astype(np.float64))
+            size = block
             continue
-        gain = float(np.maximum((e @ e[j]).astype(np.float64) - best, 0.0).sum())
-        fresh[j] = len(out)
-        heapq.heappush(heap, (-gain, j))
+        m = min(size, n - len(out))
+        size *= 2
+        top = np.union1d(np.argpartition(-bound, m - 1)[:m], [j])
+        top = top[fresh[top] != len(out)]
+        bound[top] = np.maximum((e[top] @ e.T).astype(np.float64) - best, 0.0).sum(axis=1)
+        fresh[top] = len(out)
     return np.asarray(out)
 
 
 # --- dispatcher ------------------------------------------------------------------------------
 
 #: Selector names the learner and the benchmark accept.
-SELECTORS = ("pacs", "pacs_fixed", "random", "kmeans", "kcenter", "diversity", "fast_votek",
-             "votek", "subsa", "mfl")
+SELECTORS = ("pacs", "pacs_fixed", "pacs_full", "random", "kmeans", "kcenter", "diversity",
+             "fast_votek", "votek", "subsa", "mfl")
 #: Selectors that use the shared kNN graph (and how many neighbours they need).
-GRAPH_K = {"pacs": cs.DENSITY_K, "pacs_fixed": cs.DENSITY_K, "fast_votek": VOTEK_K,
-           "votek": VOTEK_K}
+GRAPH_K = {"pacs": cs.DENSITY_K, "pacs_fixed": cs.DENSITY_K, "pacs_full": cs.DENSITY_K,
+           "fast_votek": VOTEK_K, "votek": VOTEK_K}
+#: The PACS variants: (schedule, kernel support).
+PACS_VARIANTS: dict[str, tuple[cs.Schedule, cs.KernelSupport]] = {
+    "pacs": ("progress", "budget"), "pacs_fixed": ("fixed", "budget"),
+    "pacs_full": ("progress", "full")}
 
 
 def select(
@@ -283,15 +303,20 @@ def select(
 ) -> np.ndarray:
     """Indices (selection order) chosen by selector ``name``; ``params`` go to PACS.
 
+    ``pacs`` is the progress-aware schedule with the budget-local kernel,
+    ``pacs_fixed`` the fixed ``a``, ``pacs_full`` the kernel on every pair (the
+    spec's literal form); see :func:`~flowerbed.algorithms.coreset.pacs_select`.
+
     ``graph`` (a :func:`~flowerbed.algorithms.coreset.knn_graph` of ``emb`` with
     enough neighbours) is reused when given; ``confidence`` is vote-k's LM callback.
     """
     n = len(emb)
     if not 1 <= budget <= n:
         raise CoresetError(f"budget must be in 1..{n} (the pool size), got {budget}")
-    if name in ("pacs", "pacs_fixed"):
-        schedule: cs.Schedule = "progress" if name == "pacs" else "fixed"
-        return cs.pacs_select(emb, budget, graph=graph, schedule=schedule, **params).indices
+    if name in PACS_VARIANTS:
+        schedule, support = PACS_VARIANTS[name]
+        return cs.pacs_select(emb, budget, graph=graph, schedule=schedule, support=support,
+                              **params).indices
     if name == "random":
         return random_select(n, budget, seed)
     if name == "kmeans":

@@ -8,7 +8,7 @@ are reconstructed (spec ``methods_a.md`` §4.2; choices argued in ``docs/methods
    and fake images (mean over units of the squared Hellinger distance of the two
    class-conditional Gaussians), the semantic load (mean partial η² of the semantic
    class), their difference (*feature decoupling*), and a spatial attention signal:
-   the Jensen–Shannon divergence between the mean real and mean fake attention maps
+   the Jensen-Shannon divergence between the mean real and mean fake attention maps
    (CLS→patch attention for a ViT; for a CNN, the channel-mean activation energy
    over positions, the CNN analogue) and their entropy across depth. The chosen layer
    maximises decoupling + normalised map shift, optionally within a window around
@@ -371,7 +371,7 @@ def hellinger2_gauss(m0: np.ndarray, v0: np.ndarray, m1: np.ndarray, v1: np.ndar
 
 
 def js_divergence(p: np.ndarray, q: np.ndarray) -> float:
-    """Jensen–Shannon divergence of two distributions, in bits (0 to 1)."""
+    """Jensen-Shannon divergence of two distributions, in bits (0 to 1)."""
     p, q = np.asarray(p, float) / max(np.sum(p), TINY), np.asarray(q, float) / max(np.sum(q), TINY)
     m = (p + q) / 2
 
@@ -406,10 +406,10 @@ def layer_profile(stats: Sequence[LayerStats], window: int | None = None,
                   adjusted: bool = True) -> LayerProfile:
     """Locate the critical layer from every candidate layer's statistics.
 
-    ``shift_ℓ`` = mean squared Hellinger distance between the real and fake unit
-    Gaussians; ``semantic_ℓ`` = mean partial η²; ``decoupling_ℓ`` = both scaled
-    by their maximum over layers, semantic subtracted; ``map_shift_ℓ`` = JS of the
-    mean real and fake attention maps; ``entropy_ℓ`` = mean normalised map entropy.
+    ``shift[l]`` = mean squared Hellinger distance between the real and fake unit
+    Gaussians; ``semantic[l]`` = mean partial η²; ``decoupling[l]`` = both scaled
+    by their maximum over layers, semantic subtracted; ``map_shift[l]`` = JS of the
+    mean real and fake attention maps; ``entropy[l]`` = mean normalised map entropy.
     The transition is the layer after the largest entropy change; the chosen layer
     maximises ``decoupling + scaled map_shift`` over all layers, or over those at
     most ``window`` layers from the transition.

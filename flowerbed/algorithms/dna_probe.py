@@ -52,7 +52,7 @@ def fit_logistic(
     y = np.asarray(y, dtype=np.float64)
     start = np.concatenate([np.zeros(x.shape[1]) if w0 is None else np.asarray(w0, float), [b0]])
     res = minimize(_objective, start, args=(x, y, c), jac=True, method="L-BFGS-B",
-                   options={"maxiter": max_iter, "gtol": 1e-10, "ftol": 1e-14})
+                   options={"maxiter": max_iter, "gtol": 1e-8, "ftol": 1e-12})
     return np.asarray(res.x[:-1]), float(res.x[-1])
 
 
@@ -63,7 +63,7 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Detector:
-    """A probe on chosen units of a layer: ``P(fake) = σ(w · (x[units] - mean) / std + b)``.
+    """A probe on chosen units of a layer: ``P(fake) = sigmoid(w · (x[units] - mean) / std + b)``.
 
     Contract: only the columns ``units`` of the layer's features are read; every
     other unit can take any value without changing the output.
@@ -82,10 +82,10 @@ class Detector:
 
     def inputs(self, x: np.ndarray) -> np.ndarray:
         """The standardised selected units of full-layer features ``x``."""
-        return (np.asarray(x, dtype=np.float64)[:, self.units] - self.mean) / self.std
+        return (np.asarray(x)[:, self.units].astype(np.float64) - self.mean) / self.std
 
     def proba(self, x: np.ndarray, masked: np.ndarray | None = None) -> np.ndarray:
-        """``P(fake)`` of layer features ``x``; ``masked`` positions (of ``units``) set to the mean."""
+        """``P(fake)`` of layer features ``x``; ``masked`` positions of ``units`` at their mean."""
         z = self.inputs(x)
         if masked is not None:
             z[:, masked] = 0.0
@@ -98,7 +98,7 @@ def accuracy(p: np.ndarray, y: np.ndarray) -> float:
 
 
 def auc(p: np.ndarray, y: np.ndarray) -> float:
-    """Area under the ROC curve (Mann–Whitney, ties count half); NaN with one class only."""
+    """Area under the ROC curve (Mann-Whitney, ties count half); NaN with one class only."""
     from scipy.stats import rankdata
 
     y = np.asarray(y) > 0
@@ -138,5 +138,5 @@ def finetune_tail(
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses

@@ -152,8 +152,8 @@ def frozen_count(cfg: NetConfig) -> int:
 class FitConfig:
     """Optimisation of one family (defaults: LotteryCodec's where it states them)."""
 
-    iters: int = 1000
-    polish_iters: int = 100
+    iters: int = 300
+    polish_iters: int = 30
     lr: float = 1e-2
     score_lr: float = 1e-1
     polish_lr: float = 1e-4
@@ -208,12 +208,13 @@ def _psnr(pred: Tensor, ref: Tensor) -> Tensor:
 def _objective(
     family: LotteryFamily, y: Tensor, op: Operator, lam: Tensor, cfg: FitConfig
 ) -> tuple[Tensor, Tensor, Tensor]:
+    """``Σ_members D + λ_R (R + rho·C) / n``, the data terms and the images."""
     img, bits = family()
     fit = data_fit(img, y, op)
     n = family.cfg.height * family.cfg.width
-    rate = bits.sum(dim=1)
-    code = rate + cfg.complexity_ratio * psi_bits(family, cfg.psi_step) if cfg.complexity_ratio \
-        else rate
+    code = bits.sum(dim=1)
+    if cfg.complexity_ratio:
+        code = code + cfg.complexity_ratio * psi_bits(family, cfg.psi_step)
     return (fit + lam * code / n).sum(), fit.detach(), img.detach()
 
 

@@ -45,11 +45,15 @@ def _chw(x: np.ndarray, channels: int) -> np.ndarray:
     return x[None] if channels == 1 else np.moveaxis(x, -1, 0)
 
 
-def bm3d_available() -> bool:
-    """Whether the optional ``bm3d`` package is installed."""
+def installed(module: str) -> bool:
+    """Whether an optional package (``bm3d``, ``pywt``) is installed."""
     import importlib.util
 
-    return importlib.util.find_spec("bm3d") is not None
+    return importlib.util.find_spec(module) is not None
+
+
+#: Baselines that need an optional package (skipped without it).
+NEEDS = {"bm3d": "bm3d", "wavelet": "pywt"}
 
 
 def tv_discrepancy(y: np.ndarray, sigma: float, tau: float = 1.0, steps: int = 30) -> np.ndarray:
@@ -78,7 +82,8 @@ def classical(
     """Every classical baseline of ``task`` (or those in ``names``) on the observation ``y``.
 
     ``y`` is ``(C, H', W')``: low resolution for ``sr``; full size with zeros at
-    the missing pixels for ``inpaint``. BM3D is skipped when not installed.
+    the missing pixels for ``inpaint``. BM3D and wavelet shrinkage are skipped when
+    ``bm3d`` / PyWavelets are not installed (``pip install flowerbed[restoration]``).
     """
     from skimage import restoration, transform
 
@@ -102,7 +107,7 @@ def classical(
     }
     out = {}
     for name in wanted:
-        if name == "bm3d" and not bm3d_available():
+        if name in NEEDS and not installed(NEEDS[name]):
             continue
         out[name] = np.clip(_chw(np.asarray(makers[name](), dtype=float), c), 0, 1)
     return out

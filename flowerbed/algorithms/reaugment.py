@@ -8,7 +8,7 @@ was public and only abstracts and summaries could be read (spec ``methods_a.md``
 1. **Zoo** (STATED): ``K``-fold split of the training windows ``D``; member ``f_k``
    is trained on ``D`` minus fold ``k`` (:func:`fit_zoo`). ``e_k(w) = MSE(f_k(x), y)``.
 2. **Where to augment** (STATED): score ``s(w) = Var_k e_k(w)`` (zoo disagreement),
-   or the generalisation gap ``e_{fold(w)}(w) − mean_{k ≠ fold(w)} e_k(w)``
+   or the generalisation gap ``e_{fold(w)}(w) - mean_{k ≠ fold(w)} e_k(w)``
    (out-of-fold minus in-fold error); anchors = the top ``anchor_share`` (50 %).
 3. **How** (STATED): the VMAE augmenter (:mod:`.reaugment_vmae`), pre-trained as a CVAE.
 4. **RL** (STATED: REINFORCE, reward from backtested zoo errors, proximity to the
@@ -16,15 +16,15 @@ was public and only abstracts and summaries could be read (spec ``methods_a.md``
    ``π_θ(z | masked anchor)``; ``J`` latents per anchor; ``ẽ_k = MSE(f_k(x̃), ỹ)``
    with the zoo frozen and evaluated without gradients (:func:`reward`)::
 
-       target          R = λ_v Var_k ẽ_k + λ_m mean_k ẽ_k − λ_d ‖w̃ − w‖² / ‖w‖²
-       reduce_variance R = −λ_v Var_k ẽ_k − λ_d ‖w̃ − w‖² / ‖w‖²
+       target          R = λ_v Var_k ẽ_k + λ_m mean_k ẽ_k - λ_d ‖w̃ - w‖² / ‖w‖²
+       reduce_variance R = -λ_v Var_k ẽ_k - λ_d ‖w̃ - w‖² / ‖w‖²
 
    ("target overfit-prone regions while staying close", v4 wording; "reduce
    the variance of errors across the zoo", v1 wording). Rewards are standardised
    over the batch and the mean over an anchor's ``J`` samples is the baseline;
-   ``L = −E[(R − b) log π_θ(z | w_masked)] + β_RL · L_pre`` (:func:`reinforce`).
+   ``L = -E[(R - b) log π_θ(z | w_masked)] + β_RL · L_pre`` (:func:`reinforce`).
 5. **Augment and train**: ``M`` windows per anchor from the fine-tuned prior; the
-   final forecaster is trained on ``D ∪ D̃`` (:func:`augment` in
+   final forecaster is trained on ``D + D̃`` (:func:`augment` in
    :mod:`.reaugment_arms`, which also holds the baselines and the pipeline).
 """
 
@@ -191,7 +191,7 @@ def reinforce(
     Per iteration: ``batch_anchors`` anchors, one mask each, ``samples`` latents
     ``z ~ π_θ(z | masked anchor)`` per anchor; the decoder (no gradient) makes the
     windows, the frozen zoo scores them (no gradient), and the loss
-    ``−mean(A · log π_θ(z)) + β_RL · L_pre`` (``L_pre`` on a batch of ``data``) takes
+    ``-mean(A · log π_θ(z)) + β_RL · L_pre`` (``L_pre`` on a batch of ``data``) takes
     one Adam step. Only the prior head gets the policy-gradient term (the context
     tokens are computed without gradient); ``L_pre`` moves the whole VMAE.
     """

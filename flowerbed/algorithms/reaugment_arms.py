@@ -3,7 +3,7 @@
 Part of ReAugment (Yuan et al., arXiv 2409.06282; :mod:`flowerbed.algorithms.reaugment`).
 Every arm adds ``per_anchor`` augmented windows for each of ``|A| = ceil(anchor_share
 · |D|)`` source windows (the same budget for every arm) and trains the same
-forecaster from the same initial weights on ``D ∪ D̃``:
+forecaster from the same initial weights on ``D + D̃``:
 
 ============== ========================== =========================================
 arm            source windows             transformation
@@ -164,7 +164,7 @@ def _pretrained(train: np.ndarray, cfg: ReAugmentConfig, seed: int) -> VMAE:
 
 
 def with_augmentation(train: np.ndarray, extra: np.ndarray | None) -> np.ndarray:
-    """``D ∪ D̃`` (float32)."""
+    """``D + D̃`` (float32)."""
     if extra is None or len(extra) == 0:
         return np.asarray(train, dtype=np.float32)
     return np.concatenate([train, extra]).astype(np.float32)
@@ -182,7 +182,7 @@ def evaluate_arms(
     arms: tuple[str, ...],
     seed: int,
 ) -> dict[str, dict[str, float]]:
-    """Test metrics of the forecaster trained on ``D ∪ D̃_arm`` for every arm (same init)."""
+    """Test metrics of the forecaster trained on ``D + D̃_arm`` for every arm (same init)."""
     out = {}
     for arm in arms:
         model = seeded_model(make, derive_seed(seed, "final"))

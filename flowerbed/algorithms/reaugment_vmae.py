@@ -12,7 +12,7 @@ transformer (the feature encoder) turns the masked window into context tokens
 Gaussians over one latent ``z ∈ R^latent`` per patch; the decoder maps
 ``c + W z`` to every patch. Pre-training loss::
 
-    L_pre = mean ‖ŵ − w‖² + β · KL(q(z | w, c) ‖ p(z | c))
+    L_pre = mean ‖ŵ - w‖² + β · KL(q(z | w, c) ‖ p(z | c))
 
 (KL summed over latent dimensions, averaged over patches and windows). At
 augmentation time ``z ~ p(z | c)`` and the augmented window is the decoder's full
@@ -132,7 +132,7 @@ def gaussian_kl(
 
 
 def pretrain_loss(vmae: VMAE, w: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """``mean ‖ŵ − w‖² + β · KL(q ‖ p)`` on a batch with fresh random masks."""
+    """``mean ‖ŵ - w‖² + β · KL(q ‖ p)`` on a batch with fresh random masks."""
     mask = vmae.sample_mask(len(w), gen)
     c = vmae.context(w, mask)
     mu_q, logvar_q = vmae.posterior_params(w, c)

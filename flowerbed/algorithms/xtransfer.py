@@ -148,8 +148,10 @@ def top_classes(scores: dict[int, float], n: int) -> np.ndarray:
 
 def match_classes(anchor_cent: np.ndarray, top: np.ndarray,
                   target_cent: np.ndarray) -> np.ndarray:
-    """Target class ``c`` -> a distinct anchor class among ``top``, minimising the summed
-    centroid distances (Hungarian assignment, as ``map_classes_best``).
+    """Map each target class to a distinct anchor class among ``top``.
+
+    Minimises the summed centroid distances (Hungarian assignment, as the code's
+    ``map_classes_best``).
     """
     from scipy.optimize import linear_sum_assignment
     from scipy.spatial.distance import cdist
@@ -162,8 +164,10 @@ def match_classes(anchor_cent: np.ndarray, top: np.ndarray,
 
 
 def fit_rotation(source: np.ndarray, target: np.ndarray, steps: int, seed: int) -> np.ndarray:
-    """The code's "rotation matrix": a free ``k x k`` matrix ``R`` (uniform(-1, 1) init)
-    trained by SGD (lr 0.01, momentum 0.95) on ``1 - cos(source R, target)``.
+    """The code's "rotation matrix" aligning ``source`` with ``target``.
+
+    A free ``k x k`` matrix ``R`` (uniform(-1, 1) init) trained by SGD (lr 0.01,
+    momentum 0.95) on ``1 - cos(source R, target)``.
     """
     gen = torch.Generator().manual_seed(seed)
     src = torch.as_tensor(source, dtype=torch.float32).reshape(1, -1)
@@ -271,8 +275,10 @@ def repair_loss(z: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor, margin:
 
 
 class EarlyStop:
-    """The code's ``EarlyStopping``: no stop in the first ``min_epochs``; then stop after
-    ``patience`` epochs without a strictly lower loss than the best seen since.
+    """The code's ``EarlyStopping``.
+
+    No stop in the first ``min_epochs``; then stop after ``patience`` epochs
+    without a strictly lower loss than the best seen since.
     """
 
     def __init__(self, patience: int, min_epochs: int) -> None:
@@ -299,8 +305,9 @@ class EarlyStop:
 
 def repair(modules: list[nn.Module], forward: Project, x: torch.Tensor, y: np.ndarray,
            plan: RepairPlan, episodes: int, seed: int) -> list[float]:
-    """Train every parameter of ``modules`` (connector and candidate layer) on the repair
-    loss, full batch: SGD (lr 0.01, momentum 0.95), StepLR (every ``0.2 episodes``,
+    """Train every parameter of ``modules`` (connector and candidate layer) to repair.
+
+    The repair loss, full batch: SGD (lr 0.01, momentum 0.95), StepLR (every ``0.2 episodes``,
     gamma 0.5), early stop (patience 10 after ``0.25 episodes``); restores the
     lowest-loss weights. ``forward(x)`` returns normalised features. Returns
     the loss curve.

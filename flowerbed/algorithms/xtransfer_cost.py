@@ -16,8 +16,10 @@ from torch import nn
 
 @dataclass(frozen=True)
 class Cost:
-    """What deploying a network costs: ``params`` (trainable and frozen weights),
-    ``flops`` per single-sample inference, ``bytes`` of weights and buffers.
+    """What deploying a network costs.
+
+    ``params`` (trainable and frozen weights), ``flops`` per single-sample
+    inference, ``bytes`` of weights and buffers.
     """
 
     params: int

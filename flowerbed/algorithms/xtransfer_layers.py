@@ -124,6 +124,7 @@ class ConvUnit(PoolLayer):
             raise ValueError("ConvUnit: grouped convolutions are pruned inside InvertedResidual")
         self.conv, self.bn, self.act, self.order, self.padding = conv, bn, act, order, padding
         self.kernel, self.stride = tuple(conv.kernel_size), tuple(conv.stride)
+        self.mask: torch.Tensor
         self.register_buffer("mask", torch.ones(conv.out_channels))
 
     @property
@@ -176,26 +177,30 @@ class InvertedResidual(PoolLayer):
     of the input, as the code's ``Downsample(idx)`` does for ResNet blocks.
     """
 
+    skip_idx: torch.Tensor
+    mid_mask: torch.Tensor
+    out_mask: torch.Tensor
+
     def __init__(self, expand: nn.Sequential | None, depthwise: nn.Sequential,
                  project: nn.Sequential, residual: bool, in_size: tuple[int, ...]) -> None:
-        conv0 = (expand if expand is not None else depthwise)[0]
+        conv0, _ = _pair(expand if expand is not None else depthwise)
         super().__init__(2, int(conv0.in_channels), in_size)
         self.expand, self.depthwise, self.project = expand, depthwise, project
         self.residual = residual
         self.kernel, self.stride = tuple(conv0.kernel_size), tuple(conv0.stride)
-        self.register_buffer("skip_idx", torch.arange(int(project[0].out_channels)))
-        self.register_buffer("mid_mask", torch.ones(int(depthwise[0].out_channels)))
-        self.register_buffer("out_mask", torch.ones(int(project[0].out_channels)))
+        self.register_buffer("skip_idx", torch.arange(_pair(project)[0].out_channels))
+        self.register_buffer("mid_mask", torch.ones(_pair(depthwise)[0].out_channels))
+        self.register_buffer("out_mask", torch.ones(_pair(project)[0].out_channels))
 
     @property
     def out_channels(self) -> int:
         """Channels of the block's output."""
-        return int(self.project[0].out_channels)
+        return int(_pair(self.project)[0].out_channels)
 
     @staticmethod
     def _run(seq: nn.Sequential, x: torch.Tensor, act: bool) -> torch.Tensor:
-        conv, bn = seq[0], seq[1]
-        h = bn(conv(tf_same_pad(x, conv.kernel_size, conv.stride)))
+        conv, bn = _pair(seq)
+        h = bn(conv(tf_same_pad(x, tuple(conv.kernel_size), tuple(conv.stride))))
         return F.relu6(h) if act else h
 
     def forward_inter(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -214,7 +219,7 @@ class InvertedResidual(PoolLayer):
 
     def groups(self) -> list[Group]:
         """Expanded channels (if expanded), then output channels."""
-        mid = [Group(int(self.depthwise[0].out_channels), "inter")] if self.expand else []
+        mid = [Group(_pair(self.depthwise)[0].out_channels, "inter")] if self.expand else []
         return [*mid, Group(self.out_channels, "out")]
 
     def set_masks(self, masks: list[torch.Tensor | None]) -> None:
@@ -227,30 +232,35 @@ class InvertedResidual(PoolLayer):
         self.out_mask = torch.ones_like(self.out_mask) if out is None else out.float()
 
     def pruned(self, keep: list[torch.Tensor]) -> InvertedResidual:
-        """Remove expanded channels (expand rows, depthwise channels, project columns)
-        and output channels (project rows; the skip keeps the same input channels).
+        """A copy keeping expanded channels ``keep[0]`` and output channels ``keep[-1]``.
+
+        Expanded channels: expand rows, depthwise channels, project columns;
+        output channels: project rows (the skip keeps the same input channels).
         """
         new = copy.deepcopy(self)
         out_idx = keep[-1]
+        dw, dw_bn = _pair(self.depthwise)
         if self.expand is not None:
             mid = keep[0]
-            new.expand = nn.Sequential(_slice_conv(self.expand[0], out_idx=mid),
-                                       _slice_bn(self.expand[1], mid))
-            new.depthwise = nn.Sequential(_slice_depthwise(self.depthwise[0], mid),
-                                          _slice_bn(self.depthwise[1], mid))
+            ex, ex_bn = _pair(self.expand)
+            new.expand = nn.Sequential(_slice_conv(ex, out_idx=mid), _slice_bn(ex_bn, mid))
+            new.depthwise = nn.Sequential(_slice_depthwise(dw, mid), _slice_bn(dw_bn, mid))
             new.mid_mask = torch.ones(len(mid))
         else:
-            mid = torch.arange(int(self.depthwise[0].out_channels))
-        new.project = nn.Sequential(_slice_conv(self.project[0], out_idx=out_idx, in_idx=mid),
-                                    _slice_bn(self.project[1], out_idx))
+            mid = torch.arange(dw.out_channels)
+        pr, pr_bn = _pair(self.project)
+        new.project = nn.Sequential(_slice_conv(pr, out_idx=out_idx, in_idx=mid),
+                                    _slice_bn(pr_bn, out_idx))
         new.skip_idx = self.skip_idx[out_idx]
         new.out_mask = torch.ones(len(out_idx))
         return new
 
 
 class OpaqueLayer(PoolLayer):
-    """A layer without convolutions (e.g. a transformer layer): spliced and repaired,
-    never pruned (the code's removal step only prunes convolutions).
+    """A layer without convolutions (e.g. a transformer layer).
+
+    Spliced and repaired, never pruned (the code's removal step only prunes
+    convolutions).
     """
 
     def __init__(self, module: nn.Module, dims: Dims, in_channels: int,
@@ -270,6 +280,13 @@ class OpaqueLayer(PoolLayer):
         return out
 
 
+def _pair(seq: nn.Sequential) -> tuple[nn.Conv2d, nn.Module]:
+    """The (conv, BN) of a two-module stage."""
+    conv, bn = seq[0], seq[1]
+    assert isinstance(conv, nn.Conv2d)
+    return conv, bn
+
+
 def _slice_conv(conv: nn.Conv1d | nn.Conv2d, out_idx: torch.Tensor | None = None,
                 in_idx: torch.Tensor | None = None) -> nn.Conv1d | nn.Conv2d:
     w = conv.weight.detach()
@@ -277,21 +294,23 @@ def _slice_conv(conv: nn.Conv1d | nn.Conv2d, out_idx: torch.Tensor | None = None
         w = w[out_idx]
     if in_idx is not None:
         w = w[:, in_idx]
-    new = type(conv)(w.shape[1], w.shape[0], conv.kernel_size, stride=conv.stride,
-                     padding=conv.padding, dilation=conv.dilation, bias=conv.bias is not None)
+    new = type(conv)(w.shape[1], w.shape[0], conv.kernel_size,  # type: ignore[arg-type]
+                     stride=conv.stride, padding=conv.padding,  # type: ignore[arg-type]
+                     dilation=conv.dilation, bias=conv.bias is not None)  # type: ignore[arg-type]
     new.weight.data.copy_(w)
-    if conv.bias is not None:
+    if conv.bias is not None and new.bias is not None:
         b = conv.bias.detach()
         new.bias.data.copy_(b if out_idx is None else b[out_idx])
     return new
 
 
 def _slice_depthwise(conv: nn.Conv2d, idx: torch.Tensor) -> nn.Conv2d:
-    new = nn.Conv2d(len(idx), len(idx), conv.kernel_size, stride=conv.stride,
-                    padding=conv.padding, dilation=conv.dilation, groups=len(idx),
+    new = nn.Conv2d(len(idx), len(idx), conv.kernel_size,  # type: ignore[arg-type]
+                    stride=conv.stride, padding=conv.padding,  # type: ignore[arg-type]
+                    dilation=conv.dilation, groups=len(idx),  # type: ignore[arg-type]
                     bias=conv.bias is not None)
     new.weight.data.copy_(conv.weight.detach()[idx])
-    if conv.bias is not None:
+    if conv.bias is not None and new.bias is not None:
         new.bias.data.copy_(conv.bias.detach()[idx])
     return new
 
@@ -302,8 +321,10 @@ def _slice_bn(bn: nn.Module, idx: torch.Tensor) -> nn.Module:
     new.weight.data.copy_(bn.weight.detach()[idx])
     new.bias.data.copy_(bn.bias.detach()[idx])
     assert bn.running_mean is not None and bn.running_var is not None
+    assert new.running_mean is not None and new.running_var is not None
     new.running_mean.copy_(bn.running_mean[idx])
     new.running_var.copy_(bn.running_var[idx])
+    new.train(bn.training)
     return new
 
 
@@ -400,7 +421,7 @@ class Connector(nn.Module):
         dilation = 3 if size[0] / (k[0] * 3) > 3 else 1
         mid = c_in + c_out if wide else math.ceil(c_out / 2)
         conv_t = nn.ConvTranspose1d if dims == 1 else nn.ConvTranspose2d
-        self.encoder = _conv(dims)(c_in, mid, k, stride=s, dilation=dilation)
+        self.encoder = _conv(dims)(c_in, mid, k, stride=s, dilation=dilation)  # type: ignore[arg-type]
         self.bn_i = _bn(dims)(mid)
         inner = [(n - dilation * (kk - 1) - 1) // ss + 1 for n, kk, ss in zip(size, k, s,
                                                                               strict=True)]
@@ -409,7 +430,8 @@ class Connector(nn.Module):
                              f"(dilation {dilation}) allows")
         pad_out = tuple(n - ((m - 1) * ss + dilation * (kk - 1) + 1)
                         for n, m, kk, ss in zip(size, inner, k, s, strict=True))
-        self.decoder = conv_t(mid, c_out, k, stride=s, dilation=dilation, output_padding=pad_out)
+        self.decoder = conv_t(mid, c_out, k, stride=s, dilation=dilation,  # type: ignore[arg-type]
+                              output_padding=pad_out)  # type: ignore[arg-type]
         self.bn_o = _bn(dims)(c_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -450,6 +472,6 @@ def make_splice(x_shape: tuple[int, ...], layer: PoolLayer) -> nn.Module:
     return nn.Sequential(*parts)
 
 
-def bn_layers(module: nn.Module) -> list[nn.Module]:
+def bn_layers(module: nn.Module) -> list[nn.BatchNorm1d | nn.BatchNorm2d]:
     """Every batch-norm layer inside ``module``."""
     return [m for m in module.modules() if isinstance(m, nn.BatchNorm1d | nn.BatchNorm2d)]

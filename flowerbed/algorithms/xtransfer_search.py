@@ -292,9 +292,12 @@ def _rate_curve(xs: list[float], ys: list[float]) -> tuple[float, float]:
 def quick_check(pool: list[SourceLayer], state: SearchState, cfg: SearchConfig,
                 sets: dict[str, tuple[torch.Tensor, np.ndarray]], n_classes: int,
                 n_shot: int) -> list[tuple[SourceLayer, float]]:
-    """Pre-search check (``check_score``): keep the candidates with the best estimate
-    ``S_before + rate (S_anchor - S_before)``; the share kept adapts to how well the
-    previous estimate matched (between 0.2 and 0.5 of the pool, at least 2).
+    """Pre-search check (the code's ``check_score``).
+
+    Keep the candidates with the best estimate ``S_before + rate (S_anchor -
+    S_before)``, ``rate`` from the curve ``exp(a x) + b`` fitted to the repair
+    rates so far; the share kept adapts to how well the previous estimate
+    matched (between 0.2 and 0.5 of the pool, at least 2).
     """
     x = state.position
     if len(state.achieved) >= 2 and (x - 1) in state.achieved and (x - 1) in state.estimated:
@@ -396,8 +399,9 @@ def _record(lid: int, position: int, cands: list[Candidate], best: Candidate | N
 
 def knn_predict(model: Recombined, x_support: torch.Tensor, y_support: np.ndarray,
                 x_query: torch.Tensor, k: int) -> np.ndarray:
-    """``TEST_METHOD='KNN'``: k-nearest neighbours (k capped at the support size) on the
-    normalised features of the support.
+    """``TEST_METHOD='KNN'``: k-nearest neighbours on the support's features.
+
+    ``k`` is capped at the support size.
     """
     from sklearn.neighbors import KNeighborsClassifier
 
@@ -426,8 +430,10 @@ class LinearHead(nn.Module):
 
 def finetune(model: Recombined, x: torch.Tensor, y: np.ndarray, n_classes: int, steps: int,
              seed: int) -> LinearHead:
-    """``FINETUNE=True``: a linear head trained with the recombined layers (connectors
-    frozen), full batch, SGD lr 0.01 momentum 0.95, cross-entropy; on a copy.
+    """``FINETUNE=True``: a linear head trained with the recombined layers.
+
+    Connectors frozen, full batch, SGD lr 0.01 momentum 0.95, cross-entropy;
+    on a copy of ``model``.
     """
     torch.manual_seed(seed)
     head = LinearHead(copy.deepcopy(model), n_classes, x)

@@ -34,6 +34,7 @@ from pydantic import Field, field_validator
 
 from flowerbed.algorithms import coreset as cs
 from flowerbed.algorithms import coreset_baselines as cb
+from flowerbed.algorithms import coreset_demos as cd
 from flowerbed.clients import coreset_icl_prompts as pr
 from flowerbed.clients.learner import Learner, TaskContext
 from flowerbed.core.messages import Arrays, Payload
@@ -199,9 +200,9 @@ class CoresetIclLearner(Learner):
         if len(bank_x) == 0:
             demos = np.zeros((len(qx), 0), dtype=np.int64)
         elif mode == "retrieved":
-            demos = cs.retrieve(bank_emb, qemb, k)
+            demos = cd.retrieve(bank_emb, qemb, k)
         else:
-            demos = cs.random_demos(len(bank_x), len(qx), k, seed, self.p.random_share)
+            demos = cd.random_demos(len(bank_x), len(qx), k, seed, self.p.random_share)
         shown = [words[int(c)] for c in bank_y]
         template = Template(self.p.template)
         pairs = pr.prompts(template, self.p.instruction, bank_x, shown, demos, qx)
@@ -241,7 +242,7 @@ class CoresetIclLearner(Learner):
             idx = np.arange(len(pool.x))
         else:
             extra: dict[str, Any] = {}
-            if selector in ("pacs", "pacs_fixed"):
+            if selector in cb.PACS_VARIANTS:
                 extra = {"k": self.p.density_k, "lam": self.p.lam, "a": self.p.fixed_a}
             conf = self.confidence(pool, words, s) if selector == "votek" else None
             idx = cb.select(selector, pool.emb, budget, seed=s, graph=pool.graph,
@@ -263,9 +264,9 @@ class CoresetIclLearner(Learner):
         """Peripheral share and redundancy of a selected set."""
         if pool.density is None or len(idx) == 0:
             return {}
-        out = {f"peripheral.{name}": cs.peripheral_fraction(pool.density, idx)}
+        out = {f"peripheral.{name}": cd.peripheral_fraction(pool.density, idx)}
         if len(idx) >= 2:
-            out[f"redundancy.{name}"] = cs.redundancy(pool.emb, idx)
+            out[f"redundancy.{name}"] = cd.redundancy(pool.emb, idx)
         return out
 
     # -- the local task ----------------------------------------------------------------------

@@ -41,7 +41,7 @@ def clean(text: str, max_words: int) -> str:
 
     Examples
     --------
-    >>> clean("a  quote\\n  over two lines", 3)
+    >>> clean("a  quote\n  over two lines", 3)
     'a quote over'
     """
     words = re.split(r"\s+", text.strip())

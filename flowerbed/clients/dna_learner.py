@@ -150,7 +150,7 @@ class DnaLearner(Learner):
         return _FEATURES[key]
 
     def test_set(self) -> tuple[LayerFeatures, np.ndarray]:
-        """Features and labels of the dataset's test split (the benchmark every arm is scored on)."""
+        """Features and labels of the dataset's test split (what every arm is scored on)."""
         from flowerbed.data.federated import federated_data
 
         ds = federated_data(self.scenario).dataset
@@ -260,6 +260,7 @@ class DnaLearner(Learner):
                 if self.cut_layer() is None:
                     continue
                 tail = self.tail(derive_seed(ctx.seed, "finetune"))
+                assert feats.cut is not None  # extracted whenever the arm runs
                 probe.finetune_tail(tail, feats.cut, fake, self.p.finetune_epochs,
                                     self.p.finetune_lr, ctx.seed)
                 metrics |= self.score_tail(tail, data.meta)
@@ -301,6 +302,8 @@ class DnaLearner(Learner):
         tail = self.tail(0)
         tail.load_state_dict({k: torch.as_tensor(v) for k, v in payload.arrays.items()})
         feats = self.features(data.x_train, data.meta, maps=True)
+        if feats.cut is None:
+            raise ValueError("learner dna: the finetune arm needs an EfficientNet backbone")
         probe.finetune_tail(tail, feats.cut, parts.fake(data.y_train),
                             int(payload.config[ITERS]), self.p.finetune_lr, ctx.seed)
         state = {k: v.detach().numpy().copy() for k, v in tail.state_dict().items()}

@@ -35,6 +35,7 @@ from pydantic import Field, field_validator
 from flowerbed.clients.learner import Learner, TaskContext
 from flowerbed.core.messages import Payload
 from flowerbed.core.registry import Params, register
+from flowerbed.core.scenario import Scenario
 from flowerbed.core.seeds import derive_seed
 from flowerbed.data.base import ClientData
 from flowerbed.data.function_vectors_data import AMBIGUITY_CLASSES
@@ -122,7 +123,7 @@ class FunctionVectorsLearner(Learner):
 
     Params = FunctionVectorsParams
 
-    def __init__(self, params: FunctionVectorsParams, *, scenario: Any) -> None:
+    def __init__(self, params: FunctionVectorsParams, *, scenario: Scenario) -> None:
         super().__init__(params, scenario=scenario)
         self.p: FunctionVectorsParams = params
 

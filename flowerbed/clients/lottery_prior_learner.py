@@ -60,12 +60,15 @@ class LotteryPriorParams(Params):
     scale: int = Field(2, ge=2, le=8, description="sr: downsampling factor")
     keep_pixels: float = Field(0.5, gt=0, lt=1, description="inpaint: share of observed pixels")
     ensemble_size: int = Field(4, ge=1, le=32, description="seeds S of the ensemble")
-    iters: int = Field(500, ge=1, description="Adam iterations (cosine schedule)")
-    polish_iters: int = Field(50, ge=0, description="second stage: soft-round alone, lr 1e-4")
+    iters: int = Field(300, ge=1, description="Adam iterations (cosine schedule)")
+    polish_iters: int = Field(30, ge=0, description="second stage: soft-round alone, lr 1e-4")
     keep: float = Field(0.7, gt=0, le=1, description="share of frozen weights the mask keeps")
     budget: Literal["global", "layer"] = Field("global", description="one mask budget or per layer")
     levels: int = Field(7, ge=1, le=12, description="latent grids (full, 1/2, 1/4... resolution)")
-    entropy_model: Literal["arm", "factorized"] = "arm"
+    entropy_model: Literal["factorized", "arm"] = Field(
+        "factorized", description="factorized: one Laplace per latent level; arm: LotteryCodec's "
+        "auto-regressive model (24 causal neighbours; ~1250 more parameters to code)"
+    )
     weight_init: Literal["ffn", "kaiming"] = "ffn"
     lambda_rate: Literal["discrepancy"] | float = Field(
         "discrepancy", description="λ_R: 'discrepancy' (residual settles at sigma²) or a number ≥ 0"
@@ -75,7 +78,7 @@ class LotteryPriorParams(Params):
     baselines: tuple[Baseline, ...] = Field(
         CLASSICAL_DEFAULT, description="those not meant for the task are skipped"
     )
-    dip_iters: int = Field(800, ge=1, description="Deep Image Prior iterations")
+    dip_iters: int = Field(600, ge=1, description="Deep Image Prior iterations")
     dip_width: int = Field(16, ge=1, description="channels per U-Net level")
 
     @field_validator("lambda_rate")

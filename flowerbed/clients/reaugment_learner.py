@@ -12,7 +12,7 @@ forecaster is the scenario's ``model:`` (``dlinear``, ``forecast_mlp``,
   the whole pipeline on the client's (or the pooled) windows with a K-fold zoo;
   metrics ``mse@<arm>``, ``mae@<arm>``, ``mase@<arm>`` on its test windows.
 - Federated (strategy ``reaugment``): ``train.reaugment`` (FedAvg local steps of
-  one arm on ``D ∪ D̃_arm``), ``train.reaugment_augment`` (score the client's
+  one arm on ``D + D̃_arm``), ``train.reaugment_augment`` (score the client's
   windows with the broadcast zoo, pre-train and fine-tune its VMAE, keep ``D̃``
   per arm in ``ctx.client_state("reaugment")``), ``evaluate.reaugment``
   (validation and test metrics of the global forecaster). Only forecaster
@@ -174,6 +174,12 @@ class ReAugmentLearner(Learner):
                 f"learner reaugment needs a forecaster model: model.name one of "
                 f"{', '.join(FORECASTERS)} (got {name})"
             )
+        dataset = registry.name_of(scenario.component("dataset"))
+        if dataset != "forecast":
+            raise ValueError(
+                f"learner reaugment needs forecasting windows: dataset.name forecast "
+                f"(got {dataset})"
+            )
         self.p: ReAugmentParams = params
 
     # --- the forecaster ----------------------------------------------------------------
@@ -225,7 +231,7 @@ class ReAugmentLearner(Learner):
     # --- federated handlers -------------------------------------------------------------------
 
     def train_reaugment(self, data: ClientData, payload: Payload, ctx: TaskContext) -> Payload:
-        """Local steps of arm ``config.arm`` from the global weights, on ``D ∪ D̃_arm``."""
+        """Local steps of arm ``config.arm`` from the global weights, on ``D + D̃_arm``."""
         from dataclasses import replace
 
         from flowerbed.algorithms.reaugment_arms import with_augmentation

@@ -12,7 +12,8 @@ spatial attention map. Backbones:
   same EfficientNet layers plus ``proj``, its trained projection head (no map).
 - ``open_clip``: an open_clip ViT from a local checkpoint; layers ``block1`` ..
   ``blockL`` (the CLS token after each residual block) and ``embed`` (the image
-  embedding); maps are the CLS→patch attention of each block, averaged over heads.
+  embedding); maps are the CLS→patch attention of each block, averaged over heads and
+  renormalised over the patches.
 
 The last layer of each backbone is its *final* representation (the UnivFD baseline's
 features). :func:`finetune_parts` gives the trainable tail for the fine-tuning
@@ -53,7 +54,7 @@ class DnaBackboneParams(Params):
 
 @dataclass(frozen=True)
 class LayerFeatures:
-    """Per-layer pooled units ``(n, d_ℓ)``, maps ``(n, P_ℓ)`` (or None) and the cut input."""
+    """Per-layer pooled units ``(n, d)``, maps ``(n, P)`` (or None) and the cut input."""
 
     names: tuple[str, ...]
     pooled: tuple[np.ndarray, ...]
@@ -174,7 +175,8 @@ def _vit(p: DnaBackboneParams, x: np.ndarray, meta: DatasetMeta, maps: bool) -> 
                 first = block.attn.batch_first
                 q = y if first else y.transpose(0, 1)
                 w = block.attn(q, q, q, need_weights=True, average_attn_weights=True)[1]
-                att_out[k].append(w[:, 0, 1:].numpy())
+                cls = w[:, 0, 1:]
+                att_out[k].append((cls / cls.sum(dim=1, keepdim=True).clamp_min(1e-12)).numpy())
 
         def after_block(_m: Any, _inp: Any, out: Any) -> None:
             tokens = out if block.attn.batch_first else out.transpose(0, 1)
@@ -238,7 +240,7 @@ def extract(p: DnaBackboneParams, x: np.ndarray, meta: DatasetMeta, maps: bool =
     else:
         feats = _efficientnet(p, x, meta, maps, cut_after, p.name == "two_tower")
     if p.cache:
-        arrays = {"names": np.array(feats.names)}
+        arrays: dict[str, Any] = {"names": np.array(feats.names)}
         arrays |= {f"pooled{k}": a for k, a in enumerate(feats.pooled)}
         arrays |= {f"maps{k}": a.astype(np.float32) for k, a in enumerate(feats.maps)
                    if a is not None}

@@ -5,11 +5,11 @@ offline, so four families are trained here on the real images' generator part
 (:func:`flowerbed.data.dna_data.real_images`): ``vae`` (conditional convolutional
 VAE), ``tconv_ae`` (autoencoder with a transposed-convolution decoder; its fakes are
 reconstructions of real images it never trained on), ``flow`` (conditional flow
-matching in the latent space of a pixel-shuffle autoencoder, Euler sampling) and ``pca`` (per-class PCA-Gaussian sampler,
-no training). The artefact is a bank of generated 28x28 images with their semantic
-classes (``images`` uint8, ``labels``), cached under ``cache_dir()/dna/`` by a hash of
-the parameters, built on first use; the networks are in
-:mod:`flowerbed.models.dna_generator_nets`.
+matching in the latent space of a pixel-shuffle autoencoder, Euler sampling) and
+``pca`` (per-class PCA-Gaussian sampler, no training). The artefact is a bank of
+generated 28x28 images with their semantic classes (``images`` uint8, ``labels``),
+cached under ``cache_dir()/dna/`` by a hash of the parameters, built on first use; the
+networks are in :mod:`flowerbed.models.dna_generator_nets`.
 """
 
 from __future__ import annotations
@@ -127,10 +127,6 @@ def _latent_flow(p: DnaGeneratorParams, xt: Any, yt: Any, labels: np.ndarray, ge
 
 def make_bank(p: DnaGeneratorParams) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
     """Train the generator of ``p`` and return its bank ``(images in [0, 1], labels)``."""
-    import torch
-
-    from flowerbed.models import dna_generator_nets as nets
-
     x, y = real_images(p.source, "generator", p.train_rows, p.seed, p.data_path)
     classes = len(semantic_names(p.source))
     labels = np.arange(p.bank_size) % classes
@@ -144,6 +140,10 @@ def make_bank(p: DnaGeneratorParams) -> tuple[np.ndarray, np.ndarray, dict[str, 
         if len(rec) < p.bank_size:
             raise ValueError(f"dna_generator tconv_ae: the reconstruct part has {len(rec)} "
                              f"images, bank_size={p.bank_size}")
+    import torch
+
+    from flowerbed.models import dna_generator_nets as nets
+
     xt, yt = torch.as_tensor(x[:, None]), torch.as_tensor(y)
     with torch.random.fork_rng():
         torch.manual_seed(derive_seed(p.seed, "dna_generator", p.family) % 2**63)
@@ -151,8 +151,8 @@ def make_bank(p: DnaGeneratorParams) -> tuple[np.ndarray, np.ndarray, dict[str, 
         if p.family == "flow":
             made, losses = _latent_flow(p, xt, yt, labels, gen)
         else:
-            net = (nets.CondVAE(p.latent, classes, p.width) if p.family == "vae"
-                   else nets.TconvAE(p.latent, p.width))
+            net: Any = (nets.CondVAE(p.latent, classes, p.width) if p.family == "vae"
+                        else nets.TconvAE(p.latent, p.width))
             losses = _train(net, xt, yt, _steps(p), p, p.batch_size)
             parts = []
             with torch.no_grad():

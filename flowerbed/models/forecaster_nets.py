@@ -40,7 +40,9 @@ class DLinear(nn.Module):
 class ChannelMLP(nn.Module):
     """ReLU MLP from a channel's lookback to its horizon, the same for every channel."""
 
-    def __init__(self, lookback: int, horizon: int, hidden: tuple[int, ...], dropout: float) -> None:
+    def __init__(
+        self, lookback: int, horizon: int, hidden: tuple[int, ...], dropout: float
+    ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         width = lookback

@@ -134,8 +134,9 @@ def sample_prompts(
 
     Inputs are drawn without replacement with probability proportional to how
     often they occur in ``pool`` (a client's rows); the query is one more such
-    draw, or, when ``queries`` is given, drawn from it (never an input of the
-    prompt's demonstrations).
+    draw, or, when ``queries`` is given, ``queries[i % len(queries)]`` for prompt
+    ``i`` (so ``n = len(queries)`` uses each query once), never an input of the
+    prompt's demonstrations.
     """
     uniq, weight = distinct_examples(pool)
     need = shots + (0 if queries is not None else 1)
@@ -144,12 +145,12 @@ def sample_prompts(
                          f"{len(uniq)}")
     gen = rng(seed, "fv.prompts")
     out = []
-    for _ in range(n):
+    for k in range(n):
         if queries is None:
             pick = gen.choice(len(uniq), size=shots + 1, replace=False, p=weight / weight.sum())
             demos, query = [uniq[i] for i in pick[:-1]], uniq[pick[-1]]
         else:
-            query = queries[int(gen.integers(len(queries)))]
+            query = queries[k % len(queries)]
             keep = np.array([e.x != query.x for e in uniq])
             if keep.sum() < shots:
                 raise ValueError(f"{shots}-shot prompts: too few inputs besides {query.x!r}")

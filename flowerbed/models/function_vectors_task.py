@@ -13,6 +13,7 @@ argument: the defaults live in the learner's parameters
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -30,12 +31,16 @@ Head = tuple[int, int]
 
 @dataclass(frozen=True)
 class HeadScan:
-    """Mean clean head activations ``(L, H, head_dim)``, the AIE ``(L, H)``, the clean prompts."""
+    """Mean clean head activations ``(L, H, head_dim)``, the AIE ``(L, H)``, the clean prompts.
+
+    ``seconds``: wall time of the clean activations and of the patching scan.
+    """
 
     mean_heads: np.ndarray
     aie: np.ndarray
     p_corrupt: float
     clean: list[fl.Prompt]
+    seconds: tuple[float, float] = (0.0, 0.0)
 
 
 def find_heads(
@@ -51,13 +56,16 @@ def find_heads(
     chunk: int,
 ) -> HeadScan:
     """Todd's mean activations and average indirect effects for one task's pool."""
+    start = time.perf_counter()
     clean = fl.sample_prompts(prompter, pool, n_clean, shots, derive_seed(seed, "fv.clean"))
     mean = fl.mean_head_activations(lm, clean, batch_size)
+    middle = time.perf_counter()
     base = fl.sample_prompts(prompter, pool, n_corrupt, shots, derive_seed(seed, "fv.corrupt"))
     corrupted = [prompter.shuffled(p, derive_seed(seed, "fv.shuffle", i))
                  for i, p in enumerate(base)]
     patched, corrupt = fl.head_patch_effects(lm, corrupted, mean, chunk)
-    return HeadScan(mean, fva.indirect_effects(patched, corrupt), float(corrupt.mean()), clean)
+    return HeadScan(mean, fva.indirect_effects(patched, corrupt), float(corrupt.mean()), clean,
+                    (middle - start, time.perf_counter() - middle))
 
 
 def accuracy(
@@ -195,6 +203,7 @@ class TaskResult:
     layers: list[int]
     accuracy: dict[str, float] = field(default_factory=dict)
     layer_accuracy: dict[int, float] = field(default_factory=dict)
+    layer_prob: dict[int, float] = field(default_factory=dict)
     analyses: list[PromptAnalysis] = field(default_factory=list)
     fits: Additivity | None = None
     quality: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
@@ -203,15 +212,29 @@ class TaskResult:
         """Flat scalar metrics (bare names: the test split)."""
         m = dict(self.accuracy)
         m.update({f"fv_accuracy@{layer}": acc for layer, acc in self.layer_accuracy.items()})
+        m.update({f"fv_prob@{layer}": prob for layer, prob in self.layer_prob.items()})
         if self.fits is not None:
             m.update(self.fits.summary())
         m.update(attention_mass_summary(self.analyses))
+        m.update(hybrid_cosines(self.analyses))
         if self.quality:
             q = {key: float(v.mean()) for key, v in self.quality.items()}
             m.update({f"quality_{a}_{b}": x for (a, b), x in q.items()})
             m["qk_effect"] = q[("ctx", "iso")] - q[("iso", "iso")]
             m["v_effect"] = q[("iso", "ctx")] - q[("iso", "iso")]
         return m
+
+
+def hybrid_cosines(analyses: Sequence[PromptAnalysis]) -> dict[str, float]:
+    """Mean cosine of each hybrid FV with the prompt's clean FV, and the QK / V effects on it."""
+    if not analyses:
+        return {}
+    cos = {key: float(np.mean([fva.cosine(a.hybrids[key], a.v) for a in analyses]))
+           for key in fvd.HYBRIDS}
+    out = {f"cos_{a}_{b}": c for (a, b), c in cos.items()}
+    out["cos_qk_effect"] = cos[("ctx", "iso")] - cos[("iso", "iso")]
+    out["cos_v_effect"] = cos[("iso", "ctx")] - cos[("iso", "iso")]
+    return out
 
 
 def attention_mass_summary(analyses: Sequence[PromptAnalysis]) -> dict[str, float]:
@@ -292,12 +315,15 @@ def analyse_task(
     shuffled = [prompter.shuffled(p, derive_seed(seed, "fv.eval_shuffle", i))
                 for i, p in enumerate(icl)]
     res.accuracy["icl_accuracy"], res.accuracy["icl_prob"] = accuracy(lm, icl, batch_size)
-    res.accuracy["zero_shot_accuracy"], _ = accuracy(lm, zero, batch_size)
+    res.accuracy["zero_shot_accuracy"], res.accuracy["zero_shot_prob"] = accuracy(
+        lm, zero, batch_size)
     res.accuracy["shuffled_accuracy"], _ = accuracy(lm, shuffled, batch_size)
     val, test = zero[0::2], zero[1::2]
     by_layer = {layer: accuracy(lm, val, batch_size, fv, layer)[0] for layer in layers}
     best = max(layers, key=lambda layer: (by_layer[layer], -layer))
-    res.layer_accuracy = {layer: accuracy(lm, zero, batch_size, fv, layer)[0] for layer in layers}
+    for layer in layers:  # every query (the choice above used half of them)
+        res.layer_accuracy[layer], res.layer_prob[layer] = accuracy(lm, zero, batch_size, fv,
+                                                                    layer)
     res.accuracy["fv_layer"] = float(best)
     res.accuracy["fv_accuracy"], _ = accuracy(lm, test or zero, batch_size, fv, best)
     res.accuracy["zero_shot_accuracy_heldout"], _ = accuracy(lm, test or zero, batch_size)

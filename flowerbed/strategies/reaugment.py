@@ -8,7 +8,7 @@
 3. Each client scores its own training windows by zoo disagreement, pre-trains
    and fine-tunes its own VMAE with the zoo's backtest reward, and keeps ``D̃``
    per arm in its state folder (``train.reaugment_augment``).
-4. For every other arm, FedAvg from the same initial weights on ``D ∪ D̃_arm``.
+4. For every other arm, FedAvg from the same initial weights on ``D + D̃_arm``.
 
 Every round the global forecaster is scored on the clients' validation and test
 windows (``evaluate.reaugment``); an arm's result is its test MSE / MAE / MASE
@@ -92,7 +92,7 @@ class ReAugmentStrategy(Strategy):
         init = learner.init_arrays(ctx.data.dataset.meta, derive_seed(self.scenario.seed, "init"))
         history: list[tuple[list[Arrays], list[float]]] = []
         final = self._fedavg(fed, ctx, "none", init, history)
-        others = [a for a in p.arms if a != "none"]
+        others: list[str] = [a for a in p.arms if a != "none"]
         if others:
             self._augment(fed, ctx, history, others)
         for arm in others:
@@ -105,7 +105,8 @@ class ReAugmentStrategy(Strategy):
     ) -> dict[str, float]:
         """FedAvg of one arm; its test metrics at the best validation round."""
         p: ReAugmentStrategyParams = self.params  # type: ignore[assignment]
-        weights, best = init, (np.inf, 0, {})
+        weights = init
+        best: tuple[float, int, dict[str, float]] = (np.inf, 0, {})
         config = {keys.ARM: arm, keys.STEPS: p.local_steps}
         for r in range(1, self.scenario.rounds + 1):
             replies = fed.ask(keys.TRAIN_MESSAGE, Payload(arrays=weights, config=config),

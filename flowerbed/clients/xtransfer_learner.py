@@ -1,0 +1,177 @@
+"""Learner ``xtransfer``: modality-agnostic few-shot transfer on one client's sensor windows.
+
+Method: "XTransfer: Modality-Agnostic Few-Shot Model Transfer for Human Sensing at
+the Edge" (Zhang et al., arXiv 2506.22726; code github.com/zhangy10/XTransfer). Maths
+in :mod:`flowerbed.algorithms.xtransfer` and :mod:`flowerbed.algorithms.xtransfer_search`;
+sources in :mod:`flowerbed.models.xtransfer_sources`. A local task: each client
+(a subject) draws ``shots`` support and ``val`` validation windows per class
+from its own rows, recombines layers of the source models on them, and is
+scored on its remaining windows (or on its held-out rows when
+``clients.local_test_fraction > 0``); the ``centralized`` baseline does the
+same once on every subject's rows pooled. Baselines named in ``baselines``
+run on the same shots in the same call; each metric is prefixed by its method.
+The chosen structure and the search record go to ``client_state("xtransfer")``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from flowerbed.clients.learner import Learner, TaskContext
+from flowerbed.core.messages import Payload
+from flowerbed.core.registry import Params, register
+from flowerbed.data.base import ClientData
+
+if TYPE_CHECKING:
+    from flowerbed.algorithms.xtransfer_search import SearchConfig, SourceLayer
+
+Source = Literal["efficientnet", "minilm", "crepe", "fmnist_cnn", "signal_cnn"]
+Baseline = Literal["scratch_cnn", "stats_logreg", "linear_probe", "finetune", "single_source"]
+
+
+class XTransferParams(Params):
+    """Source pool, few-shot protocol, and the method's knobs (``configs/hhar_single.yaml``)."""
+
+    sources: tuple[Source, ...] = Field(
+        ("efficientnet", "minilm", "fmnist_cnn", "signal_cnn"), min_length=1,
+        description="source models of the pool (crepe: CREPE-tiny audio, slow on CPU)")
+    shots: int = Field(5, ge=1, description="support windows per class")
+    val: int = Field(5, ge=1, description="validation windows per class (the code's 5)")
+    search_depth: int = Field(3, ge=1, description="layers ahead examined per position")
+    break_depth: int = Field(9, ge=0, description="deepest layer index searched")
+    pca_components: int = Field(2, ge=1, description="anchor-space dimensions")
+    episodes: int = Field(200, ge=1, description="repair steps (full batch)")
+    rotation_steps: int = Field(20, ge=0, description="steps fitting the 2x2 rotation")
+    quick_check: bool = Field(True, description="pre-search check prunes the candidates")
+    resource_switch: bool = Field(True, description="rank candidates by s / resource")
+    rollback: bool = Field(True, description="undo a repair that lowered the S-score")
+    best_validation: bool = Field(True, description="S-scores of support and validation")
+    repair: bool = Field(True, description="train connector + layer on the repair loss")
+    prune: bool = Field(True, description="PCA-based channel removal")
+    max_prune_range: float = Field(1.0, gt=0, le=1, description="share of channels searched")
+    max_mflops: float | None = Field(None, gt=0, description="budget, MFLOPs per inference")
+    init_pick_range: float = Field(0.5, gt=0, le=1, description="quick-check share kept")
+    finetune_steps: int = Field(100, ge=0, description="steps of the final linear head")
+    knn_k: int = Field(5, ge=1, description="neighbours of the KNN head (capped at support)")
+    image_size: int = Field(64, ge=32, description="EfficientNet input side")
+    efficientnet_blocks: int = Field(8, ge=1, le=16, description="MBConv blocks in the pool")
+    tokens: int = Field(16, ge=4, description="MiniLM sequence length")
+    anchors_per_class: int = Field(50, ge=2, description="source samples per anchor class")
+    baselines: tuple[Baseline, ...] = Field(
+        (), description="scratch_cnn, stats_logreg, linear_probe, finetune, single_source")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> XTransferParams:
+        if len(set(self.sources)) != len(self.sources):
+            raise ValueError(f"sources: each source once, got {list(self.sources)}")
+        return self
+
+
+def search_config(p: XTransferParams, seed: int) -> SearchConfig:
+    """The algorithm's :class:`~flowerbed.algorithms.xtransfer_search.SearchConfig`."""
+    from flowerbed.algorithms.xtransfer_search import SearchConfig
+
+    return SearchConfig(
+        search_depth=p.search_depth, break_depth=p.break_depth, n_components=p.pca_components,
+        episodes=p.episodes, rotation_steps=p.rotation_steps, quick_check=p.quick_check,
+        resource_switch=p.resource_switch, rollback=p.rollback,
+        best_validation=p.best_validation, max_prune_range=p.max_prune_range,
+        max_mflops=p.max_mflops, init_pick_range=p.init_pick_range, repair=p.repair,
+        prune=p.prune, seed=seed % 2**31,
+    )
+
+
+def build_pool(p: XTransferParams, names: tuple[str, ...] | None = None) -> list[SourceLayer]:
+    """The pool layers of ``names`` (default: ``p.sources``), built once per process."""
+    from flowerbed.models.xtransfer_sources import source_pool
+
+    return [e for n in (names or p.sources)
+            for e in source_pool(n, p.image_size, p.efficientnet_blocks, p.tokens,
+                                 p.anchors_per_class)]
+
+
+def episode_metrics(p: XTransferParams, x: np.ndarray, y: np.ndarray, seed: int,
+                    query: tuple[np.ndarray, np.ndarray] | None = None
+                    ) -> tuple[dict[str, float], dict[str, object]]:
+    """Run XTransfer and ``p.baselines`` on one episode; metrics and a JSON-able record.
+
+    ``x`` is ``(n, C, T)``; labels are remapped to ``0..K-1``. Without ``query``
+    the query windows are the rows left after drawing the shots.
+    """
+    import torch
+
+    from flowerbed.models import xtransfer_baselines as xb
+
+    classes, yy = np.unique(y, return_inverse=True)
+    split = xb.fewshot_split(yy, p.shots, p.val, seed, query_rows=query is None)
+    xt = torch.as_tensor(x, dtype=torch.float32)
+    if query is not None:
+        xq, yq = query
+        yq = np.searchsorted(classes, yq)
+        xt = torch.cat([xt, torch.as_tensor(xq, dtype=torch.float32)])
+        offset = len(yy)
+        yy = np.concatenate([yy, yq])
+        split = xb.Split(split.support, split.val, offset + np.arange(len(yq)))
+    cfg = search_config(p, seed)
+    pool = build_pool(p)
+    out = xb.run_xtransfer(pool, xt, yy, split, cfg, p.finetune_steps, p.knn_k)
+    train = np.concatenate([split.support, split.val])
+    for name in p.baselines:
+        if name == "scratch_cnn":
+            out[name] = xb.scratch_cnn(xt, yy, train, split.query, seed)
+        elif name == "stats_logreg":
+            out[name] = xb.stats_logreg(xt, yy, train, split.query)
+        for src in p.sources:
+            if name == "linear_probe":
+                out[f"probe_{src}"] = xb.linear_probe(src, pool, xt, yy, train, split.query,
+                                                      p.image_size, p.tokens)
+            elif name == "finetune":
+                out[f"finetune_{src}"] = xb.finetune_source(src, pool, xt, yy, train,
+                                                            split.query, p.image_size,
+                                                            p.tokens, seed)
+            elif name == "single_source":
+                one = build_pool(p, (src,))
+                res = xb.run_xtransfer(one, xt, yy, split, cfg, p.finetune_steps, p.knn_k)
+                out[f"single_{src}"] = res["xtransfer"]
+    metrics: dict[str, float] = {}
+    record: dict[str, object] = {}
+    y_q = yy[split.query]
+    for method, o in out.items():
+        for k, v in xb.scores(y_q, o.pred).items():
+            metrics[f"{method}_{k}"] = v
+        metrics[f"{method}_params"] = float(o.cost.params)
+        metrics[f"{method}_mflops"] = o.cost.mflops
+        metrics[f"{method}_bytes"] = float(o.cost.bytes)
+        metrics[f"{method}_train_seconds"] = o.seconds
+        record[method] = dict(o.extra.items())
+    metrics["xtransfer_depth"] = float(out["xtransfer"].extra["depth"])
+    metrics["query_windows"] = float(len(split.query))
+    return metrics, record
+
+
+@register("learner", "xtransfer")
+class XTransferLearner(Learner):
+    """XTransfer (SRR + layer-wise search) on a client's few shots; scored on its other rows."""
+
+    Params = XTransferParams
+
+    def run_local(self, data: ClientData, ctx: TaskContext) -> Payload:
+        """One episode on ``data`` (seeded by ``ctx.seed``); metrics of every method."""
+        p: XTransferParams = self.params  # type: ignore[assignment]
+        shape = data.meta.input_shape
+        if len(shape) != 2 or data.meta.task != "classification":
+            raise ValueError(
+                f"learner xtransfer: dataset {data.meta.name!r} must be multichannel windows "
+                f"(input_shape (channels, length), classification); it has {shape or '()'} "
+                "(use watch_raw or basic_motions)")
+        x = data.x_train.reshape(len(data.x_train), *shape)
+        query = None
+        if len(data.y_test):
+            query = (data.x_test.reshape(len(data.x_test), *shape), data.y_test)
+        metrics, record = episode_metrics(p, x, data.y_train, ctx.seed, query)
+        if ctx.state_root is not None:
+            ctx.client_state("xtransfer").put("episode", record)
+        return Payload(metrics=metrics, num_examples=int(metrics["query_windows"]))
