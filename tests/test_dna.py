@@ -11,6 +11,8 @@ non-FDU units.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from scipy import integrate, stats
@@ -329,7 +331,7 @@ def test_skimage_patch_source_keeps_its_three_parts_apart():
     assert x.shape == (40, 28, 28) and np.bincount(y).tolist() == [4] * 10
     assert 0.0 <= x.min() and x.max() <= 1.0
     bands = sorted(PATCH_BANDS.values())
-    assert all(a[1] <= b[0] for a, b in zip(bands, bands[1:], strict=False))
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(bands))
 
 
 def test_dna_fakes_refuses_bad_input_in_one_line():
