@@ -23,13 +23,14 @@ false``.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from flowerbed.core.records import atomic_write_bytes
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -81,12 +82,7 @@ class ClientState:
     def write_bytes(self, name: str, data: bytes) -> Path:
         """Write ``data`` to file ``name`` atomically; return its path."""
         path = self.file(name)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        atomic_write_bytes(path, data)
         return path
 
     def save_array(self, name: str, array: np.ndarray) -> None:

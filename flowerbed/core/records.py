@@ -35,9 +35,18 @@ LOCAL_ARRAYS_DIR = "local_arrays"
 
 def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary file and a rename (never half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file and a rename (never half a file).
+
+    The temporary name carries the process id, so two processes writing the
+    same file (clients of one node) never share a temporary file.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
