@@ -167,7 +167,7 @@ def run_proxy(args: argparse.Namespace) -> None:
     for seed in args.seeds:
         for task in args.tasks:
             data = client_data(task, seed, args.pool, args.queries)
-            pool = Pool(learner(task, selectors=PROXY_METHODS), data)
+            pool = Pool(learner(task, selectors=PROXY_METHODS, embedding=args.embedding), data)
             for budget in args.budgets:
                 for method in PROXY_METHODS:
                     idx, _ = select(method, pool, budget, seed)
@@ -175,8 +175,11 @@ def run_proxy(args: argparse.Namespace) -> None:
                                  **proxy_cell(pool.emb, pool.y, pool.qemb, pool.qy, idx,
                                               pool.graph, len(data.meta.class_names or ()))})
             print(f"proxy {task} seed {seed} done", flush=True)
-    rows += digits_check(args)
-    (args.out / "proxy_cells.json").write_text(json.dumps(rows, indent=1))
+    if args.embedding == "minilm":
+        rows += digits_check(args)
+    suffix = "" if args.embedding == "minilm" else f"_{args.embedding}"
+    name = f"proxy_cells{suffix}.json"
+    (args.out / name).write_text(json.dumps(rows, indent=1))
 
 
 def digits_check(args: argparse.Namespace) -> list[dict]:
@@ -448,6 +451,10 @@ def run_report(args: argparse.Namespace) -> None:
     proxy = args.out / "proxy_cells.json"
     if proxy.exists():
         lines += proxy_tables(json.loads(proxy.read_text()))
+    proxy_lm = args.out / "proxy_cells_lm_mean.json"
+    if proxy_lm.exists():
+        lines += ["\n(the same proxy with SmolLM2 mean-hidden-state embeddings)"]
+        lines += proxy_tables(json.loads(proxy_lm.read_text()))
     fed = args.out / "federated.json"
     if fed.exists():
         lines += federated_tables(json.loads(fed.read_text()))
@@ -480,6 +487,8 @@ def main() -> None:
     ap.add_argument("--scenarios", nargs="+", default=[
         "scenarios/coreset_icl/supersense.yaml", "scenarios/coreset_icl/sentiment_reselect.yaml"])
     ap.add_argument("--fed-seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--embedding", choices=["minilm", "lm_mean"], default="minilm",
+                    help="proxy: pool embeddings (lm_mean: SmolLM2's mean last hidden state)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("OMP_NUM_THREADS", "1")

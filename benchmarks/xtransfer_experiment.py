@@ -14,7 +14,7 @@ it), so the grid can be grown in steps; ``--table`` only prints and plots.
 Usage::
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/xtransfer_experiment.py \
-        --shots 5 --seeds 0 1 2 --workers 2 [--baselines ...] [--loso] [--table]
+        --shots 5 --seeds 0 1 2 --workers 2 [--baselines ...] [--modes local loso] [--table]
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def jobs(args: argparse.Namespace, done: set) -> list[dict]:
         for shots in args.shots:
             for target in args.targets:
                 subjects = [0] if target == "basic_motions" else list(args.subjects)
-                modes = ["local"] + (["loso"] if args.loso and target == "watch" else [])
+                modes = [m for m in args.modes if m == "local" or target == "watch"]
                 for mode in modes:
                     for s in subjects:
                         job = {"target": target, "mode": mode, "subject": s, "shots": shots,
@@ -219,7 +219,8 @@ def main() -> None:
                                                      "signal_cnn"])
     ap.add_argument("--blocks", type=int, default=6, help="EfficientNet MBConv blocks in the pool")
     ap.add_argument("--tokens", type=int, default=8, help="MiniLM sequence length")
-    ap.add_argument("--loso", action="store_true", help="also leave-one-subject-out (watch)")
+    ap.add_argument("--modes", nargs="+", default=["local"], choices=["local", "loso"],
+                    help="local: per subject; loso: leave-one-subject-out (watch only)")
     ap.add_argument("--subjects", nargs="+", type=int, default=list(range(1, 11)),
                     help="watch subjects (local: the clients; loso: the held-out ones)")
     ap.add_argument("--workers", type=int, default=2)
