@@ -13,7 +13,8 @@ computes it (the dataset's and partitioner's modules, every module of
 ``flowerbed/data`` and the seeding) and the versions of the libraries that
 generate or split data, so editing a generator or upgrading a library
 invalidates its entries. Not cached, rebuilt in every process as before:
-partitions with per-client transforms (callables), datasets carrying text, and
+partitions with per-client transforms (callables), partition or dataset
+subclasses with fields of their own (few-shot test splits), datasets carrying text, and
 components registered outside a discovered plugin module (a test or script
 defining its own dataset, whose source may change under the same name), and
 datasets reading a user's folder. A user's table file is part of the key by
@@ -127,12 +128,18 @@ def cache_key(scenario: Scenario, data_key: str) -> str:
 
 
 def cacheable(dataset: Dataset, partition: Partition) -> bool:
-    """Whether the data can be stored as plain arrays."""
+    """Whether the data can be stored as plain arrays and read back unchanged.
+
+    A subclass of :class:`Partition` (a few-shot partition that also splits the
+    test set) or of :class:`Dataset` carries fields this layout does not store,
+    so it is rebuilt in every process instead.
+    """
     no_text = all(
         getattr(dataset, f, None) is None
         for f in ("text_train", "text_test", "refs_train", "refs_test")
     )
-    return no_text and partition.transforms is None
+    plain = type(partition) is Partition and type(dataset) is Dataset
+    return plain and no_text and partition.transforms is None
 
 
 def _ragged(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -313,6 +313,23 @@ def build_parser() -> argparse.ArgumentParser:
 CONSOLE_HANDLER = "flowerbed-console"
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at emit time.
+
+    A handler holding the stream it was created with keeps writing to it after
+    the stream is replaced and closed (a test harness capturing output, a
+    notebook redirecting it), which fails with "I/O operation on closed file".
+    """
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        del value
+
+
 def _configure_logging(verbose: bool) -> None:
     """Our logger to stderr (warnings, or everything with -v); run.log gets INFO anyway."""
     logger = logging.getLogger("flowerbed")
@@ -322,7 +339,7 @@ def _configure_logging(verbose: bool) -> None:
         h for h in logger.handlers if h.get_name() == CONSOLE_HANDLER
     ]
     if not consoles:
-        created = logging.StreamHandler()
+        created = _StderrHandler()
         created.set_name(CONSOLE_HANDLER)
         created.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
         logger.addHandler(created)
@@ -330,8 +347,6 @@ def _configure_logging(verbose: bool) -> None:
     for handler in consoles:
         # Each call sets both: ``main`` may run several times in one process (tests).
         handler.setLevel(logging.DEBUG if verbose else logging.WARNING)
-        if isinstance(handler, logging.StreamHandler):
-            handler.stream = sys.stderr
     logger.propagate = False
 
 

@@ -110,3 +110,19 @@ def test_an_edited_user_table_is_read_again(cache, tmp_path):
         np.sort(first.dataset.x_train, axis=0), np.sort(again.dataset.x_train, axis=0)
     ) or not np.array_equal(np.sort(first.dataset.x_test, axis=0),
                             np.sort(again.dataset.x_test, axis=0))
+
+
+def test_a_few_shot_partition_keeps_its_test_split_in_every_process(cache):
+    """A partition subclass carries fields the cache does not store: rebuilt, never truncated."""
+    from flowerbed.core.scenario import load_scenario
+    from flowerbed.data.fewshot import FewShotPartition
+
+    scenario = load_scenario("scenarios/fedspa/synthetic.yaml")
+    built = federated._compute(scenario)
+    assert isinstance(built.partition, FewShotPartition)
+    for _ in range(2):  # the second call would read a stored copy, if one were written
+        again = _fresh(scenario)
+        assert isinstance(again.partition, FewShotPartition)
+        for mine, ref in zip(again.partition.test_indices, built.partition.test_indices,
+                             strict=True):
+            np.testing.assert_array_equal(mine, ref)
