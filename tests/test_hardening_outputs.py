@@ -464,3 +464,17 @@ def test_compute_reduction_summaries_show_the_savings(path, overrides, savings):
     missing = [n for n in names if record.get(n) is None]
     assert not missing, f"summary names the run does not report: {missing}"
     assert record["source"] == "federated"
+
+
+def test_client_failure_reasons_read_as_one_line_on_every_engine():
+    """Flower's error reasons, inline and wrapped by Ray, become ``Class: learner message``."""
+    from flowerbed.strategies.federation import _short_reason
+
+    inline = "<class 'builtins.ValueError'>:<'client 3 has no rows'>"
+    assert _short_reason(inline) == "ValueError: client 3 has no rows"
+    ray = ("<class 'ray.exceptions.RayTaskError(ClientAppException)'>:<'\n"
+           "Exception ClientAppException occurred. Message: \n"
+           "Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+           "ValueError: client 0 has no rows'>")
+    assert _short_reason(ray) == "ClientAppException: ValueError: client 0 has no rows"
+    assert _short_reason("node unavailable\n") == "node unavailable"

@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "flowerbed.platform.inspect",
     "flowerbed.platform.deploy",
     "flowerbed.platform.pretrain",
+    "flowerbed.platform.warm_ray",
 )
 
 

@@ -41,6 +41,7 @@ from flowerbed.platform.simulation_control import (
     stop_ray,
     stoppable_simulation,
 )
+from flowerbed.platform.warm_ray import warm_head
 
 log = logging.getLogger("flowerbed")
 
@@ -141,9 +142,13 @@ def start_ray(scenario: Scenario) -> None:
     pythonpath = os.pathsep.join(sys.path)
     if os.environ.get("PYTHONPATH"):
         pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"
+    threads = str(max(1, int(scenario.engine.client_resources.num_cpus)))
+    # Job-level variables reach the workers of a head started elsewhere (`flowerbed up`)
+    # too, whose processes inherit that head's environment, not this one's.
+    env_vars = {"PYTHONPATH": pythonpath, **dict.fromkeys(THREAD_VARS, threads)}
     with worker_threads(scenario.engine.client_resources.num_cpus):
         os.environ["PYTHONPATH"] = pythonpath
-        ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **args)
+        ray.init(runtime_env={"env_vars": env_vars}, **args)
 
 
 def overlapped(scenario: Scenario, work: Callable[[], object]) -> None:
@@ -349,7 +354,10 @@ def run(
     if progress:
         display = LiveProgress(scenario.name, scenario.rounds, scenario.metrics.summary)
         recorder.listeners.append(display)
-    with quiet_flower(), warnings_once(), timed_by(recorder, clock):
+    with (
+        quiet_flower(), warnings_once(), timed_by(recorder, clock),
+        warm_head(scenario.engine.name),
+    ):
         try:
             recorder.start()
             with display if display is not None else contextlib.nullcontext():

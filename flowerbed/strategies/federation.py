@@ -260,19 +260,35 @@ def _sender(reply: Message, sent: Iterable[Message]) -> int:
     return int(reply.metadata.src_node_id)
 
 
-_FLOWER_REASON = re.compile(r"<class '(?:[\w.]*\.)?(\w+)'>:<'(.*)'>", re.DOTALL)
+_FLOWER_REASON = re.compile(r"<class '([^']*)'>:<'(.*)'>?", re.DOTALL)
 
 
 def _short_reason(reason: str) -> str:
-    """``RuntimeError: message`` from Flower's ``<class '...'>:<'...'>`` error reasons."""
+    """``RuntimeError: message`` from Flower's ``<class '...'>:<'...'>`` error reasons.
+
+    On Ray the class reads ``ray.exceptions.RayTaskError(ClientAppException)``
+    and the message is Ray's traceback dump; the innermost class name and the
+    last non-blank line (the learner's own message) are what a user needs.
+
+    Examples
+    --------
+    >>> _short_reason("<class 'builtins.RuntimeError'>:<'boom'>")
+    'RuntimeError: boom'
+    >>> _short_reason("<class 'ray.exceptions.RayTaskError(ClientAppException)'>:<'boom'>")
+    'ClientAppException: boom'
+    """
     text = str(reason).strip()
     match = _FLOWER_REASON.search(text)
     if match:
-        exc, message = match.groups()
-        lines = [ln for ln in message.splitlines() if ln.strip()]
+        cls, message = match.groups()
+        inner = cls[cls.rfind("(") + 1 :].rstrip(")") if "(" in cls else cls
+        name = inner.rsplit(".", 1)[-1]
+        message = message.removesuffix("'>").replace("\\n", "\n")
+        lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
         # Flower prefixes a ClientAppException banner; the learner's message is last.
-        return f"{exc}: {lines[-1].strip() if lines else ''}"
-    return text.splitlines()[-1] if text else "unknown error"
+        return f"{name}: {lines[-1] if lines else ''}"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1].removesuffix("'>") if lines else "unknown error"
 
 
 def _note_availability(replies: Replies, available: RoundAvailability) -> None:
