@@ -63,7 +63,7 @@ def test_up_refuses_a_port_another_program_holds(cache):
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_runs_on_a_warm_head_equal_inline_and_down_stops_it(cache):
+def test_runs_on_a_warm_head_equal_cold_ones_and_down_stops_it(cache):
     import flowerbed
 
     server, port = _listening()
@@ -77,8 +77,28 @@ def test_runs_on_a_warm_head_equal_inline_and_down_stops_it(cache):
         assert warm_ray.recorded_head() is not None  # the run left the head running
     finally:
         assert warm_ray.down() is True
-    inline = flowerbed.run(scenario, ["engine=inline"], save=False, progress=False)
-    assert warm.summary["results"] == inline.summary["results"]
     host, _, p = address.rpartition(":")
     with pytest.raises(OSError):
         socket.create_connection((host, int(p)), timeout=1).close()
+    # A cold run after the head is gone starts its own Ray instead of waiting on the dead one.
+    cold = flowerbed.run(scenario, ["engine=simulation"], save=False, progress=False)
+    inline = flowerbed.run(scenario, ["engine=inline"], save=False, progress=False)
+    assert warm.summary["results"] == cold.summary["results"] == inline.summary["results"]
+
+
+def test_a_run_joins_a_cluster_only_when_one_is_named(cache, monkeypatch):
+    """Ray alone would join the last `ray start` cluster noted on the machine, even a dead one."""
+    import ray
+
+    from flowerbed.core.scenario import from_dict
+    from flowerbed.platform import runner
+
+    seen: list[dict] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.append(kwargs))
+    scenario = from_dict(tiny_scenario(engine={"name": "simulation"}))
+    runner.start_ray(scenario)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.9:6379")
+    runner.start_ray(scenario)
+    assert seen[0]["address"] == "local" and "address" not in seen[1]
+    assert seen[0]["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "1"

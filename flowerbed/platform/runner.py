@@ -139,6 +139,11 @@ def start_ray(scenario: Scenario) -> None:
         return
     args = dict(backend_config(scenario)["init_args"])
     args.setdefault("include_dashboard", False)
+    if not os.environ.get("RAY_ADDRESS"):
+        # Without an address Ray joins the cluster the last `ray start` on this machine
+        # recorded, even one long dead (then it waits on it); a run joins a cluster only
+        # when RAY_ADDRESS (or `flowerbed up`) names one.
+        args["address"] = "local"
     pythonpath = os.pathsep.join(sys.path)
     if os.environ.get("PYTHONPATH"):
         pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"

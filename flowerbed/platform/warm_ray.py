@@ -21,7 +21,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -99,9 +98,14 @@ def _ray_executable() -> str:
     return found
 
 
+def _ray_tmp() -> Path:
+    """Ray's folder for session files, found the way Ray finds it."""
+    return Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") / "ray"
+
+
 def _session_dir() -> str | None:
     """The session folder of the Ray instance started last on this machine."""
-    root = Path(os.environ.get("RAY_TMPDIR", tempfile.gettempdir())) / "ray" / "session_latest"
+    root = _ray_tmp() / "session_latest"
     return str(root.resolve()) if root.exists() else None
 
 
@@ -168,7 +172,20 @@ def down() -> bool:
     if not (session and _end_session(str(session))):
         # No narrower handle on a detached head: `ray stop` ends all of this user's Ray.
         subprocess.run([_ray_executable(), "stop"], capture_output=True, check=False)
+    _forget_cluster(str(record["address"]))
     return True
+
+
+def _forget_cluster(address: str) -> None:
+    """Drop Ray's note of the last `ray start` when it names the head just stopped.
+
+    `ray.init()` without an address joins the cluster that note names, and
+    waits on a dead one; `ray stop` removes it, ending processes by hand does not.
+    """
+    note = _ray_tmp() / "ray_current_cluster"
+    with contextlib.suppress(OSError):
+        if note.read_text().strip() == address:
+            note.unlink()
 
 
 def cmd_up(args: argparse.Namespace) -> int:
