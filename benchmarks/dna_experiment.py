@@ -17,7 +17,11 @@ reals against 1000 test fakes of each generator.
 Usage::
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/dna_experiment.py [--quick] \
-        [--out benchmarks/results/dna] [--img docs/img] [--no-federated]
+        [--out benchmarks/results/dna] [--img docs/img] [--no-federated] [--report-only]
+
+Each finished run (generator, shots, seed) is appended to ``<out>/runs.jsonl``; a re-run
+skips those, so an interrupted grid resumes; ``--report-only`` rebuilds the tables and
+plots from that file (and the federated table from ``<out>/dna_experiment.json``).
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ LABEL = {"fdu": "DNA: FDU probe", "fdu_mean": "FDUs, mean fusion (ablation)",
 PAPER = {"GenImage mean acc": 96.5, "ForenSynths mean acc": 97.2,
          "unseen generators acc": 96.4, "heavy JPEG acc": 92.4}
 TRAIN_REALS, TEST_N, TRAIN_FAKES = 2000, 1000, 1500
+#: Layer names of the EfficientNet-Lite0 backbone (for --report-only without a summary JSON).
+NAMES = ("stem", *(f"block{i}" for i in range(1, 17)), "head")
 
 
 class Pool:
@@ -308,44 +314,59 @@ def plot_layers(runs, names, path):
     plt.close(fig)
 
 
-def plot_masking(runs, path):
+def plot_masking(runs, names, path):
+    """Masking curves per group of runs with the same chosen layer (m = 0: no masking)."""
     sub = [r for r in runs if r["masking"]]
     if not sub:
         return None
-    ms = sub[0]["masking"]["m"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    groups: dict[str, list] = {}
+    for r in sub:
+        groups.setdefault(names[r["layer"]], []).append(r)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
     out = {}
-    for ax, col, name in ((axes[0], 0, "seen"), (axes[1], 1, "unseen")):
-        for kind, style in (("fdu", "-o"), ("random", "--s")):
-            acc = np.array([[seen_unseen(step, r["g"])[col][0] for step in r["masking"][kind]]
-                            for r in sub if r["masking"]["m"] == ms])
-            out[(kind, name)] = acc.mean(0)
-            ax.plot(ms, 100 * acc.mean(0), style,
-                    label="top-m triadic units masked" if kind == "fdu" else
-                    "m random units masked (5 draws)")
+    for gi, (layer, rs) in enumerate(sorted(groups.items(), key=lambda kv: -len(kv[1]))):
+        ms = [0, *rs[0]["masking"]["m"]]
+        for ax, col, name in ((axes[0], 0, "seen"), (axes[1], 1, "unseen")):
+            for kind, style in (("fdu", "-o"), ("random", "--s")):
+                acc = np.array([[seen_unseen(r["arms"]["all_units"], r["g"])[col][0]]
+                                + [seen_unseen(step, r["g"])[col][0]
+                                   for step in r["masking"][kind]] for r in rs])
+                out[(layer, len(rs), kind, name)] = (ms, acc.mean(0))
+                what = "top-m triadic units" if kind == "fdu" else "m random units (5 draws)"
+                colour = f"C{2 * gi + (kind != 'fdu')}"
+                ax.plot(np.array(ms) + 0.5, 100 * acc.mean(0), style, color=colour,
+                        label=f"{what} masked; chosen layer {layer} ({len(rs)} runs)")
+    for ax, name in ((axes[0], "seen"), (axes[1], "unseen")):
         ax.set_xscale("log", base=2)
-        ax.set_xticks(ms, [str(m) for m in ms])
+        ticks = [0, 1, 2, 4, 8, 16, 32, 64]
+        ax.set_xticks(np.array(ticks) + 0.5, [str(t) for t in ticks])
         ax.set_xlabel("units masked (set to their mean)")
+        ax.set_ylabel("accuracy (%)")
         ax.set_title(f"all-unit probe of the chosen layer, {name} generator(s)")
         ax.grid(alpha=0.3)
-        ax.set_ylabel("accuracy (%)")
-        ax.legend(fontsize=8, loc="lower left")
-    fig.suptitle(f"FDU masking (64 shots, {len(sub)} runs: train generators x seeds; "
-                 "note the narrow accuracy axes)", fontsize=10)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.suptitle("FDU masking, 64 shots (block2 has 24 units, the head 1280)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return ms, out
+    return out
 
 
 def federated(out_dir):
     import flowerbed
 
     start = time.perf_counter()
-    res = flowerbed.run("scenarios/dna/fmnist_fakes.yaml", output_dir=out_dir / "federated")
-    r = res.summary["results"]
-    print(f"\n### Federated run (scenarios/dna/fmnist_fakes.yaml, "
-          f"{time.perf_counter() - start:.0f} s)\n")
+    res = flowerbed.run("scenarios/dna/fmnist_fakes.yaml", output_dir=out_dir)
+    r = dict(res.summary["results"])
+    r["seconds"] = time.perf_counter() - start
+    return print_federated(r)
+
+
+def print_federated(r):
+    """The federated / centralized / local_only table and the bytes of one run's summary."""
+    wall = f", {r['seconds']:.0f} s" if "seconds" in r else ""
+    print(f"\n### Federated run (scenarios/dna/fmnist_fakes.yaml{wall})\n")
     print("| arm | federated seen / unseen acc | centralized | local_only (mean) |")
     print("|---|---|---|---|")
     for arm in ("fdu", "all_units", "random_units", "top_d", "final_layer", "finetune"):
@@ -372,13 +393,26 @@ def main():
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/dna"))
     ap.add_argument("--img", type=Path, default=Path("docs/img"))
     ap.add_argument("--no-federated", action="store_true")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rebuild the tables and plots from <out>/runs.jsonl (no new runs)")
     ap.add_argument("--replot", type=Path, help="tables and plots from a saved JSON only")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     args.img.mkdir(parents=True, exist_ok=True)
+    summary = args.out / "dna_experiment.json"
     if args.replot:
         saved = json.loads(args.replot.read_text())
         report(saved["runs"], tuple(saved["names"]), args)
+        return
+    runs_path = args.out / "runs.jsonl"
+    runs = load_runs(runs_path)
+    saved = json.loads(summary.read_text()) if summary.is_file() else {}
+    if args.report_only:
+        if not runs:
+            raise SystemExit(f"--report-only: no finished runs in {runs_path}")
+        report(runs, tuple(saved.get("names") or NAMES), args)
+        if saved.get("federated"):
+            print_federated(saved["federated"])
         return
     start = time.perf_counter()
     print("building pools and features (cached after the first run)", flush=True)
@@ -386,21 +420,45 @@ def main():
     tests, heavy = test_sets(pools), test_sets(pools, heavy=True)
     seeds = range(2 if args.quick else 5)
     gens = FAMILIES[:2] if args.quick else FAMILIES
-    runs = []
-    for g in gens:
-        for k in (4, 16, 64):
-            for s in seeds:
-                runs.append(one_run(pools, g, k, s, tests, heavy if k == 16 else None,
-                                    per_layer=(k == 16 and s < 3)))
-            print(f"  train {g}, {k} shots: done ({time.perf_counter() - start:.0f} s)",
-                  flush=True)
+    done = {(r["g"], r["k"], r["seed"]) for r in runs}
+    print(f"{len(done)} runs already in {runs_path}; they are skipped", flush=True)
+    with runs_path.open("a") as fh:  # one line per finished run: a re-run resumes
+        for g in gens:
+            for k in (4, 16, 64):
+                for s in seeds:
+                    if (g, k, s) in done:
+                        continue
+                    rec = one_run(pools, g, k, s, tests, heavy if k == 16 else None,
+                                  per_layer=(k == 16 and s < 3))
+                    fh.write(json.dumps(rec, default=float) + "\n")
+                    fh.flush()
+                    runs.append(rec)
+                print(f"  train {g}, {k} shots: done ({time.perf_counter() - start:.0f} s)",
+                      flush=True)
     names = pools["real"].feats.names
     report(runs, names, args)
-    fed = None if args.no_federated else federated(args.out)
-    (args.out / "dna_experiment.json").write_text(json.dumps(
+    fed = saved.get("federated")
+    if not args.no_federated:
+        fed = federated(Path("runs/dna_benchmark"))
+    elif fed:
+        print_federated(fed)
+    summary.write_text(json.dumps(
         {"runs": runs, "names": list(names), "federated": fed,
          "seconds": time.perf_counter() - start}, default=float))
     print(f"\nwall time {time.perf_counter() - start:.0f} s")
+
+
+def load_runs(path):
+    """Finished runs of ``path`` (JSON lines; a truncated last line is dropped)."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            print(f"skipping an unfinished line of {path}")
+    return out
 
 
 def report(runs, names, args):
@@ -427,14 +485,12 @@ def report(runs, names, args):
               f"chosen layer's units")
     plot_shots(table, args.img / "dna_shots.png")
     plot_layers(runs, names, args.img / "dna_layers.png")
-    mask = plot_masking(runs, args.img / "dna_masking.png")
-    if mask:
-        ms, curves = mask
-        print("\n### Masking (64 shots): accuracy of the all-unit probe (%)\n")
-        print("| m | " + " | ".join(str(m) for m in ms) + " |")
-        print("|---|" + "---|" * len(ms))
-        for (kind, name), acc in curves.items():
-            print(f"| {kind} masked, {name} | " + " | ".join(f"{100 * a:.1f}" for a in acc)
+    curves = plot_masking(runs, names, args.img / "dna_masking.png")
+    if curves:
+        print("\n### Masking (64 shots): accuracy of the all-unit probe (%), m = 0 unmasked\n")
+        for (layer, n, kind, name), (ms, acc) in curves.items():
+            print(f"| {layer} ({n} runs), {kind} masked, {name} | m = "
+                  + ", ".join(f"{m}: {100 * a:.1f}" for m, a in zip(ms, acc, strict=True))
                   + " |")
 
 

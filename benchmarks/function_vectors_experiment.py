@@ -19,7 +19,12 @@ random-init control of the same shape) and SmolLM2-135M-Instruct (word tasks;
 random-init control of the same architecture).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/function_vectors_experiment.py [--quick]
-        [--models toy smollm2 federated] [--out benchmarks/results/function_vectors]
+        [--models toy smollm2 federated federated_smollm2] [--fed-n-clean 25]
+        [--out benchmarks/results/function_vectors] [--report-only]
+
+Each model's block is saved to ``experiment.json`` as soon as it finishes, so a
+run can be split (``--models toy``, then ``--models smollm2``, ...);
+``--report-only`` prints the tables and redraws the plots from that file.
 """
 
 from __future__ import annotations
@@ -268,20 +273,27 @@ def smollm2(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def federated(args: argparse.Namespace, smollm2: dict[str, Any] | None) -> dict[str, Any]:
+    """The client-level analogue: ``federated`` on the toy, ``federated_smollm2`` on SmolLM2."""
     import yaml
 
     import flowerbed
 
     out = {}
-    scenario = yaml.safe_load((ROOT / "scenarios/function_vectors/toy_federated.yaml")
-                              .read_text())
-    if args.quick:
-        scenario["learner"].update(n_clean=30, n_corrupt=8)
-    start = time.perf_counter()
-    res = flowerbed.run(scenario, save=False)
-    out["toy"] = {**res.summary["results"]["federated"], "seconds": time.perf_counter() - start}
-    log(f"federated toy: R2 {out['toy']['test/decomp_r2']:.3f} ({out['toy']['seconds']:.0f} s)")
-    if smollm2 is not None:
+    if "federated" in args.models:
+        scenario = yaml.safe_load((ROOT / "scenarios/function_vectors/toy_federated.yaml")
+                                  .read_text())
+        if args.quick:
+            scenario["learner"].update(n_clean=30, n_corrupt=8)
+        start = time.perf_counter()
+        res = flowerbed.run(scenario, save=False)
+        out["toy"] = {**res.summary["results"]["federated"],
+                      "seconds": time.perf_counter() - start}
+        log(f"federated toy: R2 {out['toy']['test/decomp_r2']:.3f} "
+            f"({out['toy']['seconds']:.0f} s)")
+    if "federated_smollm2" in args.models and smollm2 is None:
+        raise SystemExit("federated_smollm2 needs the smollm2 results (its heads): run "
+                         "--models smollm2 first")
+    if "federated_smollm2" in args.models and smollm2 is not None:
         scenario = yaml.safe_load((ROOT / "scenarios/function_vectors/smollm2_federated.yaml")
                                   .read_text())
         scenario["learner"]["heads"] = [list(h) for h in smollm2["heads"]]
@@ -289,6 +301,8 @@ def federated(args: argparse.Namespace, smollm2: dict[str, Any] | None) -> dict[
         scenario["learner"]["layers"] = [int(fra["metrics"]["fv_layer"])]
         if args.quick:
             scenario["learner"].update(n_clean=10, n_eval=12)
+        elif args.fed_n_clean is not None:
+            scenario["learner"].update(n_clean=args.fed_n_clean)
         start = time.perf_counter()
         res = flowerbed.run(scenario, save=False)
         out["smollm2"] = {**res.summary["results"]["federated"],
@@ -309,7 +323,9 @@ def report(res: dict[str, Any]) -> None:
         if model not in res:
             continue
         r = res[model]
-        cost = r["scan_seconds"].values()
+        cost = [c if isinstance(c, dict) else {"total": c, "per_corrupted_prompt": c
+                                               / r["sizes"]["n_corrupt"], "prompt_tokens": 0}
+                for c in r["scan_seconds"].values()]
         print(f"\n## {model}: heads {r['heads']}  (scans {sum(c['total'] for c in cost):.0f} s; "
               f"{np.mean([c['per_corrupted_prompt'] for c in cost]):.1f} s per corrupted prompt "
               f"for all {np.size(r['aie'])} heads, prompts of "
@@ -450,13 +466,13 @@ def plot_all(res: dict[str, Any], folder: Path, suffix: str = "") -> list[Path]:
     rows = [(m, n, reg, g) for m in models for n, t in res[m]["tasks"].items()
             for reg, g in t.get("regimes", {}).items()]
     if rows:
-        fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
-        labels = [f"{m}:{n}\n{reg}" for m, n, reg, _ in rows]
+        fig, axes = plt.subplots(1, 2, figsize=(14, 5.4))
+        labels = [f"{m}:{n} {reg}" for m, n, reg, _ in rows]
         x = np.arange(len(rows))
         for j, key in enumerate(("mass_unambiguous", "mass_ambiguous")):
             axes[0].bar(x + (j - 0.5) * 0.4, [g.get(key, np.nan) for *_, g in rows], 0.4,
                         label=key.replace("mass_", "on ") + " demonstrations")
-        axes[0].set_xticks(x, labels, fontsize=7)
+        axes[0].set_xticks(x, labels, fontsize=7, rotation=40, ha="right")
         axes[0].set(ylabel="attention mass from the final token (mean over FV heads)",
                     title="attention mass vs ambiguity")
         axes[0].legend(fontsize=8)
@@ -464,13 +480,13 @@ def plot_all(res: dict[str, Any], folder: Path, suffix: str = "") -> list[Path]:
             axes[1].bar(x + (j - 0.5) * 0.4, [g.get(key, np.nan) for *_, g in rows], 0.4,
                         label=key.replace("share_shift_", "") + " demonstrations")
         axes[1].axhline(0, color="k", lw=0.8)
-        axes[1].set_xticks(x, labels, fontsize=7)
+        axes[1].set_xticks(x, labels, fontsize=7, rotation=40, ha="right")
         axes[1].set(ylabel="share of demo attention: in context - isolated",
                     title="contextual reweighting")
         axes[1].legend(fontsize=8)
         written.append(_save(fig, folder / f"function_vectors_mass{suffix}.png"))
 
-        fig, ax = plt.subplots(figsize=(11, 4.5))
+        fig, ax = plt.subplots(figsize=(11, 5.2))
         for j, key in enumerate(("qk_effect", "v_effect")):
             ax.bar(x + (j - 0.5) * 0.4, [g[key] for *_, g in rows], 0.4,
                    yerr=[g[key + "_sd"] / np.sqrt(max(1, res[m]["sizes"]["n_analysis"]))
@@ -478,7 +494,7 @@ def plot_all(res: dict[str, Any], folder: Path, suffix: str = "") -> list[Path]:
                    capsize=3, label={"qk_effect": "QK (routing): q(ctx,iso) - q(iso,iso)",
                                      "v_effect": "V (values): q(iso,ctx) - q(iso,iso)"}[key])
         ax.axhline(0, color="k", lw=0.8)
-        ax.set_xticks(x, labels, fontsize=7)
+        ax.set_xticks(x, labels, fontsize=7, rotation=40, ha="right")
         ax.set(ylabel="change in P(answer), zero-shot + hybrid FV",
                title="contextualisation effect on FV quality (error bars: s.e. over prompts)")
         ax.legend(fontsize=8)
@@ -497,8 +513,11 @@ def _save(fig: Any, path: Path) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["toy", "smollm2", "federated"],
-                    choices=["toy", "smollm2", "federated"])
+    ap.add_argument("--models", nargs="+",
+                    default=["toy", "smollm2", "federated", "federated_smollm2"],
+                    choices=["toy", "smollm2", "federated", "federated_smollm2"])
+    ap.add_argument("--fed-n-clean", type=int, default=None,
+                    help="clean prompts per client FV in federated_smollm2 (scenario: 50)")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     ap.add_argument("--n-clean", type=int, default=50, help="SmolLM2 clean prompts per task")
     ap.add_argument("--n-corrupt", type=int, default=10, help="SmolLM2 corrupted prompts")
@@ -520,8 +539,8 @@ def main() -> None:
         res[model] = toy(args) if model == "toy" else smollm2(args)
         res[model]["seconds"] = time.perf_counter() - t
         path.write_text(json.dumps(res, indent=1, default=float) + "\n")
-    if "federated" in args.models:
-        res["federated"] = federated(args, res.get("smollm2"))
+    if {"federated", "federated_smollm2"} & set(args.models):
+        res["federated"] = {**res.get("federated", {}), **federated(args, res.get("smollm2"))}
     if not args.report_only:
         res["seconds_this_run"] = time.perf_counter() - start
         path.write_text(json.dumps(res, indent=1, default=float) + "\n")

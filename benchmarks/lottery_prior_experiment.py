@@ -42,6 +42,8 @@ METHODS = (
     ("dip_oracle", "DIP (oracle stop)"),
 )  # fmt: skip
 PROBE = {"ensemble_gain_db": 1.68, "rate_gain_db": 0.65}
+#: The picture whose restorations the crops figure shows.
+CROP_PICTURE = "camera"
 
 
 def task_label(task: str, sigma: float) -> str:
@@ -80,34 +82,79 @@ def cell(job: tuple[str, str, float, int, argparse.Namespace]) -> dict[str, Any]
     res = restore_image(p, clean, obs, derive_seed(seed, "bench", name))
     out: dict[str, Any] = {"image": name, "task": task, "sigma": sigma, "seed": seed,
                            "metrics": res.metrics}
-    if seed == 0:
-        out["images"] = {k: v.tolist() for k, v in res.images.items()}
-        out["images"]["clean"] = clean.tolist()
+    if seed == 0 and name == CROP_PICTURE:  # kept for the figure only, never in the jsonl
         shown = obs.y if task != "sr" else np.repeat(np.repeat(obs.y, 2, 1), 2, 2)
-        out["images"]["observed"] = np.clip(shown, 0, 1).tolist()
+        out["images"] = {**res.images, "clean": clean, "observed": shown}
     return out
+
+
+# --------------------------------------------------------------------------- result files
+def _crop_key(task: str, sigma: float, method: str) -> str:
+    return f"{task}|{sigma:g}|{method}"
+
+
+def save_crops(path: Path, row: dict[str, Any]) -> None:
+    """Add one cell's pictures to ``crops.npz`` (8-bit: they are only displayed)."""
+    store = dict(np.load(path)) if path.exists() else {}
+    for method, img in row["images"].items():
+        img8 = np.round(255 * np.clip(np.asarray(img, dtype=float), 0, 1)).astype(np.uint8)
+        store[_crop_key(row["task"], row["sigma"], method)] = img8
+    np.savez_compressed(path, **store)
+
+
+def read_cells(out: Path) -> dict[str, dict[str, Any]]:
+    """Rows of ``cells.jsonl`` by key; pictures found there move to ``crops.npz``.
+
+    Older versions stored the seed-0 pictures in the jsonl; they are moved out (the
+    figure's picture) or dropped, and the file is rewritten with metrics only.
+    """
+    cache = out / "cells.jsonl"
+    done: dict[str, dict[str, Any]] = {}
+    if not cache.exists():
+        return done
+    slimmed = False
+    for line in cache.read_text().splitlines():
+        rec = json.loads(line)
+        row = rec["row"]
+        if "images" in row:
+            slimmed = True
+            if row["seed"] == 0 and row["image"] == CROP_PICTURE:
+                save_crops(out / "crops.npz", row)
+            row = {k: v for k, v in row.items() if k != "images"}
+        done[rec["key"]] = row
+    if slimmed:
+        tmp = cache.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps({"key": k, "row": r}) + "\n" for k, r in done.items()))
+        tmp.replace(cache)
+    return done
 
 
 # --------------------------------------------------------------------------- tables
 def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
-    """Per task and method: mean ± std over seeds of the mean over pictures."""
+    """Per task and method: mean ± std over seeds of the mean over pictures.
+
+    Only seeds with every picture of the task count (a partly run seed would
+    average other pictures); ``n_seeds`` says how many.
+    """
     table: dict[str, dict[str, dict[str, float]]] = {}
     for task, sigma in TASKS:
         key = task_label(task, sigma)
         sel = [r for r in rows if r["task"] == task and r["sigma"] == sigma]
-        seeds = sorted({r["seed"] for r in sel})
-        table[key] = {}
+        count = {s: sum(r["seed"] == s for r in sel) for s in {r["seed"] for r in sel}}
+        seeds = sorted(s for s, c in count.items() if c == max(count.values()))
+        sel = [r for r in sel if r["seed"] in seeds]
+        table[key] = {"n_seeds": {"mean": float(len(seeds)), "std": 0.0}}
         for m, _ in METHODS:
             for q in ("psnr", "ssim"):
-                per_seed = [np.mean([r["metrics"][f"{q}_{m}"] for r in sel
-                                     if r["seed"] == s and f"{q}_{m}" in r["metrics"]])
-                            for s in seeds]
-                per_seed = [v for v in per_seed if np.isfinite(v)]
+                vals = [[r["metrics"][f"{q}_{m}"] for r in sel
+                         if r["seed"] == s and f"{q}_{m}" in r["metrics"]] for s in seeds]
+                per_seed = [float(np.mean(v)) for v in vals if v]
                 if per_seed:
                     table[key][f"{q}_{m}"] = {"mean": float(np.mean(per_seed)),
                                               "std": float(np.std(per_seed))}
         for extra in ("lp_bpp", "lp_bits", "lp_fit_ratio", "lp_lambda", "seconds_lp",
-                      "seconds_dip", "dip_params", "dip_oracle_iter"):
+                      "seconds_dip", "dip_params", "dip_oracle_iter", "lp_mask_bits",
+                      "lp_latent_bits", "lp_psi_bits"):
             vals = [r["metrics"][extra] for r in sel if extra in r["metrics"]]
             if vals:
                 table[key][extra] = {"mean": float(np.mean(vals)), "std": float(np.std(vals))}
@@ -132,7 +179,9 @@ def markdown(table: dict[str, Any], claim: dict[str, Any], meta: dict[str, Any])
     lines = [f"# Lottery Prior — {meta['size']}\u00d7{meta['size']} grey crops, "
              f"{len(meta['images'])} pictures \u00d7 {len(meta['seeds'])} seeds",
              "", "PSNR (dB) / SSIM, mean ± std over seeds of the mean over pictures.", "",
-             "| method | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
+             "| method | " + " | ".join(f"{t} ({table[t]['n_seeds']['mean']:.0f} seeds)"
+                                        for t in tasks) + " |",
+             "|---" * (len(tasks) + 1) + "|"]
     for m, label in METHODS:
         cells = []
         for t in tasks:
@@ -150,11 +199,62 @@ def markdown(table: dict[str, Any], claim: dict[str, Any], meta: dict[str, Any])
     for k, v in claim.items():
         lines.append(f"| {k} | {ref[k]} | {v['mean_db']:+.2f} | {v['wins']}/{v['cells']} | "
                      f"{v['min_db']:+.2f} |")
+    lines += ["", "Code of one member (bits, mean over cells) beside DIP's parameters; "
+              "seconds per picture on one core (S = 4 members + the λ_R = 0 twin, batched):",
+              "", "| task | mask | latents | ψ | total (bpp) | λ_R (final) | "
+              "D / σ² | LP s | DIP params | DIP s | DIP oracle iter |", "|---" * 11 + "|"]
+    for t in tasks:
+        g = {k: v["mean"] for k, v in table[t].items() if not k.startswith(("psnr", "ssim"))}
+        if "lp_bits" not in g:
+            continue
+        lines.append(
+            f"| {t} | {g.get('lp_mask_bits', 0):.0f} | {g.get('lp_latent_bits', 0):.0f} | "
+            f"{g.get('lp_psi_bits', 0):.0f} | {g['lp_bits']:.0f} ({g['lp_bpp']:.2f}) | "
+            f"{g['lp_lambda']:.2g} | {g['lp_fit_ratio']:.2f} | {g['seconds_lp']:.0f} | "
+            f"{g.get('dip_params', 0):.0f} | {g.get('seconds_dip', 0):.0f} | "
+            f"{g.get('dip_oracle_iter', 0):.0f} |")
     return "\n".join(lines) + "\n"
 
 
+def timing_markdown(timing: dict[str, Any] | None, iters: int, dip_iters: int,
+                    members: int = 4) -> str:
+    """One 256x256 picture: seconds and effective parameters, Lottery Prior beside DIP.
+
+    Wall seconds depend on the machine's load; CPU seconds (both threads) much less.
+    A picture costs ``iters`` plus ``iters // 10`` polishing iterations per member
+    (linear in the number of members) and ``dip_iters`` for DIP.
+    """
+    if not timing:
+        return ""
+    lp_its, t = iters + iters // 10, timing
+
+    def row(label: str, key: str, its: int, params: str) -> str:
+        wall, cpu = t[f"{key}_wall_s_per_iter"], t[f"{key}_cpu_s_per_iter"]
+        return (f"| {label} | {wall:.2f} / {cpu:.2f} | {wall * its:.0f} / {cpu * its:.0f} "
+                f"({its} its) | {params} |")
+
+    eff = t["lp_mask_bits"] + t["lp_psi_params"]
+    lp_params = (f"frozen {t['lp_frozen_weights']} (from the seed); learned: mask "
+                 f"{t['lp_mask_bits']:.0f} bits, ψ {t['lp_psi_params']}, latents "
+                 f"{t['lp_latents']} (coded in bits)")
+    return "\n".join([
+        "", f"256\u00d7256 camera, denoise \u03c3=25, {t['threads']} threads, "
+        f"{t['timed_iters']} timed iterations, machine load {t['load_avg']:.1f}:", "",
+        "| | s / iteration, wall / CPU | s / picture, wall / CPU | parameters |",
+        "|---|---|---|---|",
+        row("Lottery Prior, one member", "lp", lp_its, lp_params),
+        row(f"Lottery Prior, S = {members}", "lp", members * lp_its, "S \u00d7 the above"),
+        row("DIP", "dip", dip_iters, str(t["dip_params"])),
+        "", f"Mask bits + ψ parameters of one member: {eff:.0f} "
+        f"({eff / t['dip_params']:.2f}\u00d7 DIP's weights); the latents are paid in bits.", ""])
+
+
 # --------------------------------------------------------------------------- figures
-def crops_figure(rows: list[dict[str, Any]], path: Path, args_size: int) -> None:
+def crops_figure(rows: list[dict[str, Any]], crops: Path, path: Path, args_size: int) -> None:
+    """Restorations of ``CROP_PICTURE`` (seed 0) per task, PSNR in the titles."""
+    if not crops.exists():
+        return
+    store = dict(np.load(crops))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -163,14 +263,17 @@ def crops_figure(rows: list[dict[str, Any]], path: Path, args_size: int) -> None
     shown = ("clean", "observed", "lp", "lp_single", "lp_no_rate", "best_classical", "dip_oracle")
     titles = {"clean": "clean", "observed": "observed", "lp": "Lottery Prior S=4",
               "lp_single": "LP S=1", "lp_no_rate": "LP λ_R=0", "dip_oracle": "DIP (oracle)"}
-    sel = [r for r in rows if r["seed"] == 0 and r["image"] == "camera"]
+    sel = [r for r in rows if r["seed"] == 0 and r["image"] == CROP_PICTURE
+           and _crop_key(r["task"], r["sigma"], "clean") in store]
+    if not sel:
+        return
     sel.sort(key=lambda r: [t for t, _ in TASKS].index(r["task"]) * 100 + r["sigma"])
     fig, axes = plt.subplots(len(sel), len(shown), figsize=(1.9 * len(shown), 2.1 * len(sel)))
     for i, r in enumerate(sel):
         classical = {"denoise": "bm3d", "sr": "bicubic", "inpaint": "biharmonic"}[r["task"]]
         for j, k in enumerate(shown):
             key = classical if k == "best_classical" else k
-            img = np.asarray(r["images"][key])[0]
+            img = store[_crop_key(r["task"], r["sigma"], key)][0] / 255.0
             ax = axes[i, j]
             ax.imshow(img, cmap="gray", vmin=0, vmax=1, interpolation="nearest")
             ax.set_xticks([])
@@ -181,7 +284,7 @@ def crops_figure(rows: list[dict[str, Any]], path: Path, args_size: int) -> None
             ax.set_title(title + ("" if psnr is None else f"\n{psnr:.2f} dB"), fontsize=8)
             if j == 0:
                 ax.set_ylabel(task_label(r["task"], r["sigma"]), fontsize=8)
-    fig.suptitle(f"camera ({args_size}\u00d7{args_size}), seed 0: restorations and PSNR",
+    fig.suptitle(f"{CROP_PICTURE} ({args_size}\u00d7{args_size}), seed 0: restorations and PSNR",
                  fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
@@ -232,8 +335,9 @@ def curves_figure(data: dict[str, Any], path: Path, size: int) -> None:
         ax.set_ylabel("PSNR (dB)")
         ax.set_title(f"{name} {size}\u00d7{size}, denoise \u03c3=25")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
+    handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=130)
     plt.close(fig)
 
@@ -278,11 +382,7 @@ def _key(job: tuple[Any, ...]) -> str:
 def run_grid(jobs: list[tuple[Any, ...]], args: argparse.Namespace) -> list[dict[str, Any]]:
     """Run every cell (in ``args.workers`` processes), resuming from ``cells.jsonl``."""
     cache = args.out / "cells.jsonl"
-    done: dict[str, dict[str, Any]] = {}
-    if cache.exists():
-        for line in cache.read_text().splitlines():
-            rec = json.loads(line)
-            done[rec["key"]] = rec["row"]
+    done = read_cells(args.out)
     todo = [j for j in jobs if _key(j) not in done]
     print(f"{len(jobs) - len(todo)} cells cached, {len(todo)} to run", file=sys.stderr)
     t0 = time.perf_counter()
@@ -290,6 +390,9 @@ def run_grid(jobs: list[tuple[Any, ...]], args: argparse.Namespace) -> list[dict
         futures = {pool.submit(cell, j): j for j in todo}
         for i, fut in enumerate(as_completed(futures), 1):
             job, row = futures[fut], fut.result()
+            if "images" in row:
+                save_crops(args.out / "crops.npz", row)
+                row = {k: v for k, v in row.items() if k != "images"}
             done[_key(job)] = row
             fh.write(json.dumps({"key": _key(job), "row": row}) + "\n")
             fh.flush()
@@ -314,6 +417,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="2 pictures, 1 seed, short fits")
     ap.add_argument("--part", choices=("all", "grid", "curves", "timing", "report"),
                     default="all", help="run one part; 'report' only tabulates what is cached")
+    ap.add_argument("--report-only", action="store_true", help="same as --part report")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--size", type=int, default=32)
     ap.add_argument("--crop", type=int, default=64)
@@ -330,7 +434,7 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     start = time.perf_counter()
     jobs = [(n, t, s, seed, args) for seed in args.seeds for t, s in TASKS for n in images]
-    part = args.part
+    part = "report" if args.report_only else args.part
     if part == "report":
         rows = cached_rows(jobs, args)
     elif part in ("all", "grid"):
@@ -346,12 +450,7 @@ def main() -> None:
 
 def cached_rows(jobs: list[tuple[Any, ...]], args: argparse.Namespace) -> list[dict[str, Any]]:
     """The cells already in ``cells.jsonl`` (a partial grid gives a partial table)."""
-    cache = args.out / "cells.jsonl"
-    done = {}
-    if cache.exists():
-        for line in cache.read_text().splitlines():
-            rec = json.loads(line)
-            done[rec["key"]] = rec["row"]
+    done = read_cells(args.out)
     return [done[_key(j)] for j in jobs if _key(j) in done]
 
 
@@ -359,22 +458,21 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, images: tuple[s
            seconds: float) -> None:
     """Tables, figures and the JSON record from the cells and whatever parts are cached."""
     table, claim = summarise(rows), claims(rows)
-    meta = {"size": args.size, "crop": args.crop, "images": list(images), "seeds": args.seeds,
+    seeds = sorted({r["seed"] for r in rows})
+    meta = {"size": args.size, "crop": args.crop, "images": list(images), "seeds": seeds,
             "iters": args.iters, "dip_iters": args.dip_iters, "cells": len(rows),
             "workers": args.workers, "load_avg": os.getloadavg()[0], "seconds": seconds}
-    crops_figure(rows, args.out / "lottery_prior_crops.png", args.size)
+    crops_figure(rows, args.out / "crops.npz", args.out / "lottery_prior_crops.png", args.size)
     curve_file, timing_file = args.out / "curves.json", args.out / "timing_256.json"
     curve = json.loads(curve_file.read_text()) if curve_file.exists() else None
     timing = json.loads(timing_file.read_text()) if timing_file.exists() else None
     if curve:
         curves_figure(curve, args.out / "lottery_prior_curves.png", args.size)
-    md = markdown(table, claim, meta)
+    md = markdown(table, claim, meta) + timing_markdown(timing, args.iters, args.dip_iters)
     md += "\n" + json.dumps({"timing_256": timing, "meta": meta}, indent=1) + "\n"
     (args.out / "lottery_prior.md").write_text(md)
-    slim = [{k: v for k, v in r.items() if k != "images"} for r in rows]
     (args.out / "lottery_prior.json").write_text(json.dumps(
-        {"table": table, "claims": claim, "timing_256": timing, "meta": meta, "rows": slim,
-         "curves": curve}, indent=1))
+        {"table": table, "claims": claim, "timing_256": timing, "meta": meta}, indent=1))
     print(md)
     print(f"wall time {seconds:.0f} s")
 

@@ -518,3 +518,32 @@ def test_client_budget_shares_add_up():
     for budget, k in [(18, 4), (8, 3), (100, 7), (5, 5)]:
         shares = [client_budget(budget, k, p) for p in range(k)]
         assert sum(shares) == budget and max(shares) - min(shares) <= 1
+
+
+def test_server_reselection_fetches_each_owners_labels_for_its_picked_rows():
+    """_annotate asks each owner for exactly its kept rows and puts the labels in place."""
+    from flowerbed.clients import coreset_icl_prompts as pr
+    from flowerbed.core.messages import Payload, Replies
+    from flowerbed.strategies.coreset_icl import CoresetIclStrategy, _Union
+
+    def upload(rows):
+        text, offsets = pr.pack_texts([f"t{r}" for r in rows])
+        return Payload(arrays={"pacs@4.emb": np.eye(len(rows), 3, dtype=np.float32),
+                               "pacs@4.text": text, "pacs@4.offsets": offsets,
+                               "pacs@4.row": np.asarray(rows)})
+
+    union = _Union(Replies(ok={0: upload([5, 7, 9]), 1: upload([2, 4])}), "pacs@4")
+    assert union.texts == ["t5", "t7", "t9", "t2", "t4"] and (union.label == -1).all()
+    keep = np.array([1, 3, 4])  # row 7 of client 0, rows 2 and 4 of client 1
+    asked = {}
+
+    class Fed:
+        def ask(self, message_type, payloads, clients, *, server_round):
+            asked.update({pid: p.config["picked"] for pid, p in payloads.items()})
+            return Replies(ok={pid: Payload(arrays={"pacs@4.label": 100 * pid + np.asarray(
+                p.config["picked"]["pacs@4"])}) for pid, p in payloads.items()})
+
+    unions = {"pacs@4": (union, keep)}
+    CoresetIclStrategy._annotate(None, Fed(), unions)  # type: ignore[arg-type]
+    assert asked == {0: {"pacs@4": [7]}, 1: {"pacs@4": [2, 4]}}
+    assert union.label[keep].tolist() == [7, 102, 104]

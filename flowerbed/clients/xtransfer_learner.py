@@ -94,12 +94,15 @@ def build_pool(p: XTransferParams, names: tuple[str, ...] | None = None) -> list
 
 
 def episode_metrics(p: XTransferParams, x: np.ndarray, y: np.ndarray, seed: int,
-                    query: tuple[np.ndarray, np.ndarray] | None = None
+                    query: tuple[np.ndarray, np.ndarray] | None = None,
+                    finetune_sources: tuple[str, ...] | None = None
                     ) -> tuple[dict[str, float], dict[str, object]]:
     """Run XTransfer and ``p.baselines`` on one episode; metrics and a JSON-able record.
 
     ``x`` is ``(n, C, T)``; labels are remapped to ``0..K-1``. Without ``query``
-    the query windows are the rows left after drawing the shots.
+    the query windows are the rows left after drawing the shots. ``finetune_sources``
+    restricts the ``finetune`` baseline to those sources (default: every source;
+    the benchmark skips the slow EfficientNet / MiniLM fine-tunes on a loaded machine).
     """
     import torch
 
@@ -128,7 +131,7 @@ def episode_metrics(p: XTransferParams, x: np.ndarray, y: np.ndarray, seed: int,
             if name == "linear_probe":
                 out[f"probe_{src}"] = xb.linear_probe(src, pool, xt, yy, train, split.query,
                                                       p.image_size, p.tokens)
-            elif name == "finetune":
+            elif name == "finetune" and (finetune_sources is None or src in finetune_sources):
                 out[f"finetune_{src}"] = xb.finetune_source(src, pool, xt, yy, train,
                                                             split.query, p.image_size,
                                                             p.tokens, seed)
