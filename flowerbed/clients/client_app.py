@@ -170,8 +170,14 @@ def _warm(yaml_text: str, pid: int) -> None:
     """
     scenario = _scenario(yaml_text)
     _limit_threads(scenario.engine.client_resources.num_cpus)
-    _learner(yaml_text)
+    _warmed(yaml_text)
     _data(yaml_text).client(pid)
+
+
+@functools.lru_cache(maxsize=8)
+def _warmed(yaml_text: str) -> None:
+    """The learner built and its one-time costs paid, once per worker and scenario."""
+    _learner(yaml_text).warm()
 
 
 def _cleanup_state(msg: Message, root: str, pid: int) -> Message:

@@ -97,6 +97,14 @@ class Learner:
         self.params = params
         self.scenario = scenario
 
+    def warm(self) -> None:
+        """Pay one-time costs before the first round (a worker calls it during setup).
+
+        Libraries that load modules on first use (torch's optimisers import
+        its compiler stack on the first step, ~4 s) would otherwise make
+        round 1 many times as long as the rounds after it. Default: nothing.
+        """
+
     @classmethod
     def capabilities(cls) -> set[str]:
         """What this learner offers, for validating strategies and baselines.

@@ -92,6 +92,10 @@ class SGDLearner(SupervisedLearner):
         """Local epochs per ``train`` message."""
         return self.p.local_epochs
 
+    def warm(self) -> None:
+        """Import what torch's optimisers load on their first step (its compiler stack)."""
+        import torch._dynamo  # noqa: F401 - imported for its side effect, once per process
+
     def _loss(self, meta: DatasetMeta) -> nn.Module:
         from torch import nn
 
