@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAVY = (
     "torch", "torchvision", "sklearn", "scipy", "pandas", "pyarrow", "statsmodels", "skimage",
     "open_clip", "matplotlib", "flwr", "flwr_datasets", "datasets", "ray", "transformers",
+    "tensorboard", "mlflow",
 )  # fmt: skip
 
 #: Runs one action, then prints which heavy packages got imported and by whom.

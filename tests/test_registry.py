@@ -29,7 +29,7 @@ def test_unknown_name_lists_known_names():
 
 def test_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="unknown registry kind"):
-        register("sink", "x")
+        register("widget", "x")
 
 
 def test_registered_params_get_a_name_literal():

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from flowerbed.core.messages import Replies
     from flowerbed.core.scenario import Scenario
+    from flowerbed.core.sinks import Sink
 
 log = logging.getLogger("flowerbed")
 
@@ -31,6 +32,8 @@ LOG_FILE = "run.log"
 STATE_DIR_NAME = "client_state"
 #: Folder of the arrays local tasks return, ``<source>/client_<pid>.npz``.
 LOCAL_ARRAYS_DIR = "local_arrays"
+#: Folder of the ``tensorboard`` sink's event files.
+TENSORBOARD_DIR = "tensorboard"
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -94,7 +97,12 @@ class Recorder:
     """Receives everything a run produces and writes it to the run folder.
 
     ``run_dir=None`` keeps results in memory only. ``listeners`` are called
-    with each row (the live progress display is one).
+    with each row (the live progress display is one); another process's rows
+    may be fed to them too (a deployed ServerApp's). The scenario's ``sinks``
+    (:mod:`flowerbed.core.sinks`) are opened by :meth:`start` when the run
+    has a folder and ``use_sinks`` is set, get each row this recorder records,
+    and the last summary given to :meth:`finish` (``None`` if none was) at
+    :meth:`close`. ``sweep`` names the sweep the run is a point of.
     """
 
     scenario: Scenario
@@ -102,6 +110,10 @@ class Recorder:
     listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.time)
+    sweep: str | None = None
+    use_sinks: bool = True
+    sinks: list[Sink] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
     _handler: logging.Handler | None = None
 
     def start(self) -> None:
@@ -116,9 +128,24 @@ class Recorder:
         for name in ("flowerbed", "flwr"):
             logging.getLogger(name).addHandler(handler)
         self._handler = handler
+        if self.use_sinks:
+            from flowerbed.core.sinks import SinkContext, open_sinks
+
+            try:
+                self.sinks = open_sinks(SinkContext(self.scenario, self.run_dir, self.sweep))
+            except BaseException:
+                self.close()
+                raise
 
     def close(self) -> None:
-        """Detach the run log."""
+        """Close the sinks (with the summary, if the run finished) and detach the run log."""
+        sinks, self.sinks = self.sinks, []
+        for sink in sinks:
+            try:
+                sink.close(self.summary)
+            except Exception as exc:  # noqa: BLE001 - metrics.jsonl keeps everything
+                log.warning("sink %s failed to close: %s: %s", _sink_name(sink),
+                            type(exc).__name__, exc)
         if self._handler is not None:
             for name in ("flowerbed", "flwr"):
                 logging.getLogger(name).removeHandler(self._handler)
@@ -132,6 +159,15 @@ class Recorder:
             append_line(self.run_dir / METRICS_FILE, json.dumps(row))
         for listener in self.listeners:
             listener(row)
+        for sink in list(self.sinks):
+            try:
+                sink.row(row)
+            except Exception as exc:  # noqa: BLE001 - metrics.jsonl keeps everything
+                # A tracker failing mid-run must not end a long run: it is dropped
+                # and said once; metrics.jsonl still has every row.
+                self.sinks.remove(sink)
+                log.warning("sink %s failed and is off for the rest of the run: %s: %s",
+                            _sink_name(sink), type(exc).__name__, exc)
 
     def metrics(self, server_round: int, phase: str, values: dict[str, float]) -> None:
         """Record one row of metrics, named ``<phase>/<split>/<metric>``."""
@@ -221,7 +257,12 @@ class Recorder:
 
     def finish(self, summary: dict[str, Any]) -> None:
         """Write ``summary.json`` (the last file a complete run writes)."""
+        self.summary = summary
         self.write_json(SUMMARY_FILE, summary)
+
+
+def _sink_name(sink: object) -> str:
+    return type(sink).__name__
 
 
 def _json_default(value: Any) -> Any:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 
 KINDS = (
     "dataset", "partition", "model", "learner", "strategy", "baseline", "encoder", "vlm", "lm",
+    "sink",
 )
 
 #: Capabilities a strategy or baseline may require of the scenario's learner,

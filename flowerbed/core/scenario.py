@@ -22,6 +22,7 @@ from pydantic import (
 from flowerbed.core import registry
 from flowerbed.core.availability import AvailabilityParams
 from flowerbed.core.registry import Params
+from flowerbed.core.sinks import JSONL
 
 #: Scenario fields that name a registered component, mapped to their registry kind.
 COMPONENT_FIELDS = {
@@ -31,7 +32,7 @@ COMPONENT_FIELDS = {
     "learner": "learner",
     "strategy": "strategy",
 }
-LIST_COMPONENT_FIELDS = {"baselines": "baseline"}
+LIST_COMPONENT_FIELDS = {"baselines": "baseline", "sinks": "sink"}
 
 
 class ScenarioError(ValueError):
@@ -168,6 +169,9 @@ class ScenarioBase(Params):
     learner: Params
     strategy: Params
     baselines: list[Params] = []
+    #: Where rows go besides ``metrics.jsonl`` (``jsonl``, always on: added
+    #: when not listed, so the resolved scenario names every sink).
+    sinks: list[Params] = []
 
     @field_validator("engine", mode="before")
     @classmethod
@@ -189,6 +193,12 @@ class ScenarioBase(Params):
         for key in LIST_COMPONENT_FIELDS:
             if isinstance(data.get(key), list):
                 data[key] = [{"name": v} if isinstance(v, str) else v for v in data[key]]
+        sinks = data.get("sinks", [])
+        if isinstance(sinks, list) and not any(
+            isinstance(s, dict) and s.get("name") == JSONL for s in sinks
+        ):
+            # Appended, not prepended: the listed sinks keep their indices in errors.
+            data["sinks"] = [*sinks, {"name": JSONL}]
         return data
 
     def component(self, field: str) -> Params:
@@ -209,7 +219,8 @@ class ScenarioBase(Params):
 
         Left out, because they never change a result: where the run folder
         goes (``output_dir``), ``description``, ``clients.keep_state``, the
-        summary table's columns (``metrics.summary``) and the engine (inline,
+        summary table's columns (``metrics.summary``), where results are
+        tracked besides the run folder (``sinks``) and the engine (inline,
         simulation and deployment give the same numbers: see
         ``tests/test_simulation.py`` and ``tests/test_deploy.py``). Whether
         clients ask for a GPU stays in: on a GPU they compute differently.
@@ -217,7 +228,7 @@ class ScenarioBase(Params):
         it was moved, and equal digests mean equal results.
         """
         data = self.to_dict()
-        for key in ("output_dir", "description", "engine"):
+        for key in ("output_dir", "description", "engine", "sinks"):
             data.pop(key, None)
         data["clients"].pop("keep_state", None)
         data["metrics"].pop("summary", None)
@@ -253,6 +264,7 @@ def scenario_model() -> type[ScenarioBase]:
         "learner": (_union("learner"), ...),
         "strategy": (_union("strategy"), ...),
         "baselines": (list[_union("baseline")], []),  # type: ignore[misc]
+        "sinks": (list[_union("sink")], []),  # type: ignore[misc]
     }
     model: type[ScenarioBase] = create_model(  # type: ignore[call-overload]
         "Scenario", __base__=ScenarioBase, **fields
@@ -392,13 +404,33 @@ def component_problems(scenario: ScenarioBase) -> list[str]:
 
     A component's params model may define ``scenario_problems(scenario)``,
     returning lines relative to its block (``subsets: lists 2 clients;
-    num_clients=4``); each is reported under the component's field.
+    num_clients=4``); each is reported under the component's field, or under
+    ``<field>[<index>]`` in a list (a sink whose package is missing). A sink
+    listed twice is one more problem.
     """
     found = []
     for field in COMPONENT_FIELDS:
         check = getattr(getattr(scenario, field), "scenario_problems", None)
         if callable(check):
             found += [f"{field}.{problem}" for problem in check(scenario)]
+    for field in LIST_COMPONENT_FIELDS:
+        for i, spec in enumerate(getattr(scenario, field)):
+            check = getattr(spec, "scenario_problems", None)
+            if callable(check):
+                found += [f"{field}[{i}].{problem}" for problem in check(scenario)]
+    return found + _repeated_sinks(scenario)
+
+
+def _repeated_sinks(scenario: ScenarioBase) -> list[str]:
+    """One line per sink listed twice (each writes its files once per run)."""
+    first: dict[str, int] = {}
+    found = []
+    for i, spec in enumerate(scenario.sinks):
+        name = registry.name_of(spec)
+        if name in first:
+            where = f"first at sinks[{first[name]}]"
+            found.append(f"sinks[{i}]: sink {name!r} is listed twice ({where})")
+        first.setdefault(name, i)
     return found
 
 

@@ -354,7 +354,8 @@ def run(
     with clock.phase("validate", "validating the scenario"):
         scenario = _resolve(scenario, overrides)
         run_dir = _new_run_folder(scenario, output_dir) if save else None
-    recorder = Recorder(scenario, run_dir)
+    # A deployed ServerApp records the run (and feeds the sinks) in its own process.
+    recorder = Recorder(scenario, run_dir, use_sinks=scenario.engine.name != "deployment")
     display = None
     if progress:
         display = LiveProgress(scenario.name, scenario.rounds, scenario.metrics.summary)

@@ -22,6 +22,7 @@ from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
 from flowerbed.core import keys
 from flowerbed.platform.progress import activity, waiting_text
+from flowerbed.platform.warm_ray import end_processes
 
 log = logging.getLogger("flowerbed")
 
@@ -175,10 +176,4 @@ def stop_ray() -> None:
             continue
         if any(marker in text for marker in RAY_PROCESS_MARKERS):
             children.append(child)
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            child.terminate()
-    _, alive = psutil.wait_procs(children, timeout=3)
-    for child in alive:
-        with contextlib.suppress(psutil.Error):
-            child.kill()
+    end_processes(children, timeout=3)

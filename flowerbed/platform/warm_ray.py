@@ -151,14 +151,21 @@ def _end_session(session: str) -> bool:
         with contextlib.suppress(psutil.Error):
             if session in " ".join(proc.info["cmdline"] or []):
                 procs.append(proc)
+    end_processes(procs, timeout=5)
+    return True
+
+
+def end_processes(procs: list[Any], timeout: float) -> None:
+    """Terminate psutil processes, then kill those still alive after ``timeout`` seconds."""
+    import psutil
+
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=5)
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    return True
 
 
 def down() -> bool:

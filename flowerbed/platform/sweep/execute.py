@@ -78,7 +78,7 @@ class _Executor:
 
         folder = self.folder(point)
         archive_attempt(folder)
-        recorder = Recorder(point.scenario, folder)
+        recorder = Recorder(point.scenario, folder, sweep=self.plan.name)
         if self.progress is not None:
             recorder.listeners.append(self.progress.start(point))
         started = time.time()

@@ -16,6 +16,7 @@ from flowerbed.core.records import (
     LOG_FILE,
     METRICS_FILE,
     SUMMARY_FILE,
+    TENSORBOARD_DIR,
     atomic_write,
 )
 from flowerbed.platform.sweep.plan import SweepPlan, SweepPoint
@@ -26,10 +27,11 @@ OVERRIDES_FILE = "overrides.yaml"
 STATUS_FILE = "status.json"
 ERROR_FILE = "error.txt"
 PREVIOUS_DIR = "previous"
-#: Files a point attempt writes; an unfinished attempt's are moved aside before a retry.
+#: Files a point attempt writes; an unfinished attempt's are moved aside before a retry
+#: (the ``tensorboard`` sink's folder too, so a retry's curves do not overlay the last).
 ATTEMPT_FILES = (
     METRICS_FILE, CLIENT_METRICS_FILE, LOG_FILE, CLIENTS_FILE, SUMMARY_FILE, STATUS_FILE,
-    ERROR_FILE,
+    ERROR_FILE, TENSORBOARD_DIR,
 )
 
 
