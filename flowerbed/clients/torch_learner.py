@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 from pydantic import Field
 
-from flowerbed.clients.learner import SupervisedLearner
-from flowerbed.core import registry
-from flowerbed.core.messages import Arrays
+from flowerbed.clients.learner import SupervisedLearner, TaskContext
+from flowerbed.core import keys, registry
+from flowerbed.core.messages import Arrays, Payload
 from flowerbed.core.registry import Params, register
 from flowerbed.core.scenario import Scenario
-from flowerbed.data.base import DatasetMeta
+from flowerbed.data.base import ClientData, DatasetMeta
 
 if TYPE_CHECKING:
     import torch
@@ -123,8 +123,16 @@ class SGDLearner(SupervisedLearner):
         meta: DatasetMeta,
         seed: int,
         epochs: int | None = None,
+        proximal_mu: float = 0.0,
     ) -> tuple[Arrays, dict[str, float]]:
-        """Run ``epochs`` (default ``local_epochs``) of seeded mini-batch training."""
+        """Run ``epochs`` (default ``local_epochs``) of seeded mini-batch training.
+
+        With ``proximal_mu`` = μ > 0 each step minimises the batch loss plus
+        FedProx's μ/2‖w - wᵗ‖² (Li et al., 2020), wᵗ being the received
+        trainable parameters (buffers such as BatchNorm statistics are not
+        pulled); the reported ``loss`` is the data loss alone. μ = 0 runs the
+        plain loop, so it equals FedAvg's training exactly.
+        """
         import torch
 
         seed_torch(seed, self.device())
@@ -132,6 +140,7 @@ class SGDLearner(SupervisedLearner):
         model.train()
         opt, loss_fn = self._optimizer(model), self._loss(meta)
         xt, yt = _tensors(x, y, meta, self.device())
+        anchor = [w.detach().clone() for w in model.parameters()] if proximal_mu else []
         gen = torch.Generator().manual_seed(seed)
         total, count = 0.0, 0
         for _ in range(epochs or self.p.local_epochs):
@@ -140,11 +149,22 @@ class SGDLearner(SupervisedLearner):
                 idx = order[start : start + self.p.batch_size].to(xt.device)
                 opt.zero_grad()
                 loss = loss_fn(_squeeze(model(xt[idx]), meta), yt[idx])
-                loss.backward()
+                if anchor:
+                    (loss + proximal_term(model, anchor, proximal_mu)).backward()
+                else:
+                    loss.backward()
                 opt.step()
                 total += float(loss.detach()) * len(idx)
                 count += len(idx)
         return self._arrays(model), {"loss": total / max(count, 1)}
+
+    def train(self, data: ClientData, payload: Payload, ctx: TaskContext) -> Payload:
+        """Local training from the received weights (FedProx's term when the config asks)."""
+        mu = float(payload.config.get(keys.PROXIMAL_MU, 0.0))
+        arrays, metrics = self.fit(
+            payload.arrays, data.x_train, data.y_train, data.meta, ctx.seed, proximal_mu=mu
+        )
+        return Payload(arrays=arrays, metrics=metrics, num_examples=data.num_train)
 
     def score(
         self, arrays: Arrays, x: np.ndarray, y: np.ndarray, meta: DatasetMeta
@@ -161,6 +181,12 @@ class SGDLearner(SupervisedLearner):
             if meta.task == "classification":
                 metrics["accuracy"] = float((out.argmax(dim=1) == yt).float().mean())
         return metrics
+
+
+def proximal_term(model: nn.Module, anchor: list[torch.Tensor], mu: float) -> torch.Tensor:
+    """FedProx's μ/2 Σ‖w - wᵗ‖² over the model's trainable parameters and their anchors."""
+    total = sum(((w - a) ** 2).sum() for w, a in zip(model.parameters(), anchor, strict=True))
+    return 0.5 * mu * total  # type: ignore[return-value]
 
 
 def seed_torch(seed: int, device: torch.device) -> None:

@@ -8,6 +8,7 @@ METRICS = "metrics"
 #: Keys inside the records.
 NUM_EXAMPLES = "num-examples"  # Flower's FedAvg weights replies by this key
 SERVER_ROUND = "server-round"  # set by Flower's strategies in train/evaluate configs
+PROXIMAL_MU = "proximal-mu"  # set by Flower's FedProx in train configs
 SCENARIO_YAML = "scenario-yaml"
 SCENARIO_DIGEST = "scenario-digest"
 PARTITION_ID = "partition-id"

@@ -8,13 +8,15 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
 from flowerbed.clients.learner import SupervisedLearner
+from flowerbed.core import registry
 from flowerbed.core.messages import Payload
 from flowerbed.core.registry import SUPERVISED, Params, register
+from flowerbed.core.scenario import Scenario
 from flowerbed.core.seeds import derive_seed
 from flowerbed.strategies.base import ServerContext, Strategy
 from flowerbed.strategies.federation import Federation
@@ -51,50 +53,65 @@ class FedAvgStrategy(Strategy):
 
     def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
         """Run ``scenario.rounds`` FedAvg rounds; return server-side test metrics."""
-        # Flower's strategy only once it runs: validating a scenario must stay light.
-        from flwr.app import MetricRecord
-
-        from flowerbed.strategies.flower_fedavg import FlowerGridView, SeededFedAvg
-
         p: FedAvgParams = self.params  # type: ignore[assignment]
-        learner = ctx.learner
-        if not isinstance(learner, SupervisedLearner):
-            raise TypeError(
-                f"fedavg needs a learner with weights; {type(learner).__name__} has none"
-            )
-        data = ctx.data
-        meta = data.dataset.meta
-        init = learner.init_arrays(meta, derive_seed(self.scenario.seed, "init"))
-        view = FlowerGridView(fed)
-        n = len(fed.partition_ids)
-        strategy = SeededFedAvg(
-            self.scenario.seed,
-            view,
-            ctx,
-            fraction_train=p.fraction_train,
-            fraction_evaluate=p.fraction_evaluate,
-            min_train_nodes=1,
-            min_evaluate_nodes=1 if p.fraction_evaluate > 0 else 0,
-            min_available_nodes=n,
-        )
-        final: dict[str, float] = {}
+        kwargs = {
+            "fraction_train": p.fraction_train,
+            "fraction_evaluate": p.fraction_evaluate,
+            "min_train_nodes": 1,
+            "min_evaluate_nodes": 1 if p.fraction_evaluate > 0 else 0,
+        }
+        return run_flower(self.scenario, fed, ctx, "FedAvg", kwargs)
 
-        def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
-            if server_round and not ctx.should_evaluate(server_round):
-                return None
-            weights = Payload.from_record_arrays(arrays)
-            scores = learner.score(weights, data.dataset.x_test, data.dataset.y_test, meta)
-            named = {f"test/{k}": v for k, v in scores.items()}
-            ctx.recorder.metrics(server_round, "server_eval", named)
-            final.clear()
-            final.update(named)
-            return MetricRecord(scores)  # type: ignore[arg-type]
 
-        strategy.start(
-            grid=view,
-            initial_arrays=Payload(arrays=init).to_array_record(),
-            num_rounds=self.scenario.rounds,
-            timeout=self.scenario.federation.timeout,
-            evaluate_fn=evaluate,
-        )
-        return final
+def run_flower(
+    scenario: Scenario,
+    fed: Federation,
+    ctx: ServerContext,
+    flower_class: str,
+    kwargs: dict[str, Any],
+) -> dict[str, float]:
+    """Run one of Flower's strategies (``flwr.serverapp.strategy.<flower_class>``), seeded.
+
+    ``kwargs`` go to its constructor, besides ``min_available_nodes`` (every
+    client). Cohorts come from the scenario seed, replies are aggregated in
+    partition-id order and every round's metrics are recorded; the server
+    evaluates the global model on the test split. Returns the last test metrics.
+    """
+    # Flower's strategy only once it runs: validating a scenario must stay light.
+    from flwr.app import MetricRecord
+
+    from flowerbed.strategies.flower_fedavg import FlowerGridView, seeded_strategy
+
+    learner = ctx.learner
+    if not isinstance(learner, SupervisedLearner):
+        name = registry.name_of(scenario.component("strategy"))
+        raise TypeError(f"{name} needs a learner with weights; {type(learner).__name__} has none")
+    data = ctx.data
+    meta = data.dataset.meta
+    init = learner.init_arrays(meta, derive_seed(scenario.seed, "init"))
+    view = FlowerGridView(fed)
+    n = len(fed.partition_ids)
+    strategy = seeded_strategy(flower_class)(
+        scenario.seed, view, ctx, min_available_nodes=n, **kwargs
+    )
+    final: dict[str, float] = {}
+
+    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        if server_round and not ctx.should_evaluate(server_round):
+            return None
+        weights = Payload.from_record_arrays(arrays)
+        scores = learner.score(weights, data.dataset.x_test, data.dataset.y_test, meta)
+        named = {f"test/{k}": v for k, v in scores.items()}
+        ctx.recorder.metrics(server_round, "server_eval", named)
+        final.clear()
+        final.update(named)
+        return MetricRecord(scores)  # type: ignore[arg-type]
+
+    strategy.start(
+        grid=view,
+        initial_arrays=Payload(arrays=init).to_array_record(),
+        num_rounds=scenario.rounds,
+        timeout=scenario.federation.timeout,
+        evaluate_fn=evaluate,
+    )
+    return final

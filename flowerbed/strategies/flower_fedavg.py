@@ -1,4 +1,6 @@
-"""The Flower subclasses behind strategy ``fedavg`` (:mod:`flowerbed.strategies.fedavg`).
+"""The Flower subclasses behind ``fedavg`` and every Flower strategy run by name.
+
+See :mod:`flowerbed.strategies.fedavg` and :mod:`flowerbed.strategies.flower_strategies`.
 
 Kept apart from the registered strategy and its params, which a scenario's
 validation imports, so that only running the strategy imports Flower.
@@ -6,10 +8,15 @@ validation imports, so that only running the strategy imports Flower.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import flwr.serverapp.strategy as flower
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app.message import arrayrecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
@@ -128,6 +135,89 @@ class SeededFedAvg(FedAvg):
             }
             self.ctx.recorder.metrics(server_round, "evaluate", named)
         return metrics
+
+
+class KeepDtypes(SeededFedAvg):
+    """Casts the aggregate back to the dtypes of the arrays the round sent.
+
+    Flower's server optimisers (FedOpt's bias corrections, QFedAvg's step)
+    promote float32 weights to float64; a torch client would cast them back
+    on loading anyway, and flowerbed refuses replies whose dtypes differ from
+    what was sent, so the global model keeps the model's own dtypes.
+    """
+
+    sent_dtypes: dict[str, np.dtype[Any]] | None = None
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Remember the dtypes sent, then configure as the strategy does."""
+        self.sent_dtypes = {k: np.dtype(a.dtype) for k, a in arrays.items()}
+        return super().configure_train(server_round, arrays, config, grid)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The strategy's aggregate, each array in the dtype it was sent in."""
+        with _no_forced_gc():
+            arrays, metrics = super().aggregate_train(server_round, replies)
+        dtypes = self.sent_dtypes or {}
+        if arrays is not None and any(
+            np.dtype(a.dtype) != dtypes.get(k, np.dtype(a.dtype)) for k, a in arrays.items()
+        ):
+            cast = {
+                k: a.numpy().astype(dtypes.get(k, a.dtype), copy=False) for k, a in arrays.items()
+            }
+            arrays = Payload(arrays=cast).to_array_record()
+        return arrays, metrics
+
+
+class _SkipCollect:
+    """Stands in for the ``gc`` module in Flower's ``arrayrecord``: no forced collections."""
+
+    @staticmethod
+    def collect(generation: int = 2) -> int:
+        del generation
+        return 0
+
+
+@contextmanager
+def _no_forced_gc() -> Iterator[None]:
+    """Skip the full ``gc.collect()`` Flower forces per reply in ``to_numpy_ndarrays``.
+
+    Bulyan and QFedAvg decode every reply with ``keep_input=False``, and each
+    call forces a full collection, about 1 s in a process holding torch (10 s
+    of a 2-round, 4-client run). Python's automatic collection still runs.
+    """
+    saved = arrayrecord.gc
+    arrayrecord.gc = _SkipCollect  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        arrayrecord.gc = saved
+
+
+@functools.cache
+def seeded_strategy(flower_class: str) -> type[SeededFedAvg]:
+    """``SeededFedAvg``'s seeding and recording on top of Flower's ``flower_class``.
+
+    Every Flower strategy but the DP wrappers derives from ``FedAvg``, so the
+    class ``(KeepDtypes, flower_class)`` runs the strategy's own configure
+    and aggregate steps inside the seeded, recorded ones (Python's MRO puts
+    ``SeededFedAvg``'s overrides first and Flower's subclass next). FedAvg
+    itself is :class:`SeededFedAvg`, unchanged.
+
+    Examples
+    --------
+    >>> [c.__name__ for c in seeded_strategy("FedAdam").__mro__[:5]]
+    ['SeededFedAdam', 'KeepDtypes', 'SeededFedAvg', 'FedAdam', 'FedOpt']
+    """
+    base = getattr(flower, flower_class)
+    if base is FedAvg:
+        return SeededFedAvg
+    if not issubclass(base, FedAvg):
+        raise TypeError(f"{flower_class} does not derive from Flower's FedAvg")
+    return type(f"Seeded{flower_class}", (KeepDtypes, base), {"__module__": __name__})
 
 
 def _train_split(metrics: MetricRecord) -> dict[str, float]:
