@@ -539,3 +539,13 @@ def test_readme_deployment_example_is_short_and_says_how_long():
     assert "--set rounds=2" in line
     section = text.split("**Flower deployment", 1)[1].split("**Docker.**", 1)[0]
     assert "minute" in section or " s)" in section or "seconds" in section
+
+
+def test_an_abbreviated_option_is_refused_not_guessed(capsys):
+    """`--output` once ran as `--output-dir`; every option must be spelled out."""
+    from flowerbed.platform.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "scenarios/quickstart.yaml", "--output", "elsewhere"])
+    assert exc.value.code == 2
+    assert "unrecognized arguments: --output elsewhere" in capsys.readouterr().err

@@ -263,7 +263,7 @@ FALLBACK_DESCRIPTIONS = {
 
 
 def describe_subcommands(parser: argparse.ArgumentParser, prefix: str = "") -> None:
-    """Give every subcommand parser without a description one: its fallback, else its help."""
+    """Give every subcommand a description (its fallback, else its help); no abbreviations."""
     for action in parser._actions:
         if not isinstance(action, argparse._SubParsersAction):
             continue
@@ -272,6 +272,8 @@ def describe_subcommands(parser: argparse.ArgumentParser, prefix: str = "") -> N
             full = f"{prefix}{name}"
             if not (sub.description or "").strip():
                 sub.description = FALLBACK_DESCRIPTIONS.get(full) or helps.get(name) or full
+            # An abbreviation is taken silently (`--output` for `--output-dir`); spelled out only.
+            sub.allow_abbrev = False
             describe_subcommands(sub, f"{full} ")
 
 
@@ -279,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     from flowerbed import __version__
 
-    parser = argparse.ArgumentParser(prog="flowerbed", description=__doc__)
+    parser = argparse.ArgumentParser(prog="flowerbed", description=__doc__, allow_abbrev=False)
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="debug logging, Flower's log lines included")
     parser.add_argument("--version", action="version", version=f"flowerbed {__version__}")
