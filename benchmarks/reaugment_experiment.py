@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -60,6 +61,10 @@ def scenario(dataset: str, family: str, fraction: float, seed: int, rounds: int,
         "clients": {"keep_state": False},
         "metrics": {"summary": ["mse@none", "mse@reaugment"]},
     }
+
+
+#: Run folders of the grid points (scratch: the rows that matter go to runs*.jsonl).
+RUNS = Path(tempfile.gettempdir()) / "reaugment_bench"
 
 
 def run_point(spec: dict, out_dir: Path) -> dict:
@@ -208,7 +213,7 @@ def main() -> None:
                         spec = scenario(dataset, family, fraction, seed, args.rounds,
                                         args.local_steps)
                         row = {"dataset": dataset, "family": family, "fraction": fraction,
-                               "seed": seed, **run_point(spec, Path("/tmp/reaugment_bench"))}
+                               "seed": seed, **run_point(spec, RUNS)}
                         with log.open("a") as fh:
                             fh.write(json.dumps(row) + "\n")
                         print(f"{key}: none {row['centralized']['test/mse@none']:.4f} "

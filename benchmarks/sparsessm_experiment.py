@@ -387,7 +387,7 @@ def plot(cells: dict[str, Any], dense: float, seed: int, sparsities: list[float]
     fig.tight_layout()
     IMG.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(IMG, dpi=110)
-    print("plot:", IMG)
+    print("plot:", IMG.relative_to(ROOT))
 
 
 def main() -> None:

@@ -232,7 +232,7 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    print(f"plot: {path}")
+    print(f"plot: {Path(path).resolve().relative_to(OUT.parents[1])}")
 
 
 def main() -> None:
