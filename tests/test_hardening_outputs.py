@@ -478,3 +478,22 @@ def test_client_failure_reasons_read_as_one_line_on_every_engine():
            "ValueError: client 0 has no rows'>")
     assert _short_reason(ray) == "ClientAppException: ValueError: client 0 has no rows"
     assert _short_reason("node unavailable\n") == "node unavailable"
+
+
+def test_a_published_folder_appears_whole_and_a_failed_build_leaves_nothing(tmp_path):
+    from flowerbed.core.records import publish_folder
+
+    out = tmp_path / "model"
+    publish_folder(out, lambda d: (d / "weights.bin").write_bytes(b"old"))
+    publish_folder(out, lambda d: (d / "weights.bin").write_bytes(b"new"), {"steps": 3})
+    assert (out / "weights.bin").read_bytes() == b"new"
+    assert json.loads((out / "flowerbed_source.json").read_text()) == {"steps": 3}
+
+    def broken(d):
+        (d / "weights.bin").write_bytes(b"half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        publish_folder(out, broken)
+    assert (out / "weights.bin").read_bytes() == b"new"  # the old folder stays as it was
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary left

@@ -55,6 +55,32 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def publish_folder(
+    out: Path, fill: Callable[[Path], object], source: dict[str, Any] | None = None
+) -> None:
+    """Build a folder beside ``out`` with ``fill`` and move it into place whole.
+
+    A reader (another worker loading the same cached model) never sees half
+    a folder, and a failed build leaves no temporary folder behind.
+    ``source``, when given, is written as ``flowerbed_source.json`` (what
+    produced the folder: parameters, metrics).
+    """
+    import shutil
+
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+        fill(tmp)
+        if source is not None:
+            (tmp / "flowerbed_source.json").write_text(json.dumps(source, indent=1) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def append_line(path: Path, line: str) -> None:
     """Append ``line`` and a newline; see :func:`append_lines`."""
     append_lines(path, [line])

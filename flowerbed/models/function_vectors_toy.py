@@ -21,8 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +29,7 @@ from pydantic import Field
 
 from flowerbed.core.artefacts import PretrainTarget, ensure_artefact
 from flowerbed.core.cache import cached_file
+from flowerbed.core.records import publish_folder
 from flowerbed.core.registry import Params, register, register_hint
 from flowerbed.data.function_vectors_data import (
     ARROW,
@@ -164,17 +163,7 @@ def train(p: FvToyPretrainParams, out: Path) -> dict[str, float]:
         torch.set_num_threads(threads)
     metrics = {f"accuracy_{k}shot": float(hit[:, k].float().mean()) for k in range(hit.shape[1])}
     metrics.update(loss=float(loss), seconds=time.perf_counter() - start)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        lm.save(tmp)
-        (tmp / "flowerbed_source.json").write_text(
-            json.dumps({"params": p.model_dump(), "metrics": metrics}, indent=1) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    publish_folder(out, lm.save, {"params": p.model_dump(), "metrics": metrics})
     return metrics
 
 

@@ -22,8 +22,6 @@ import importlib.metadata
 import importlib.util
 import json
 import logging
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -32,6 +30,7 @@ from pydantic import Field
 
 from flowerbed.core.artefacts import PretrainTarget, ensure_artefact
 from flowerbed.core.cache import cached_file
+from flowerbed.core.records import publish_folder
 from flowerbed.core.registry import Params, register, register_hint
 from flowerbed.models.lm import LM_EXTRA_HINT, LmError, LmParams, lm_extra_installed
 
@@ -121,18 +120,12 @@ def convert(p: Smollm2PretrainParams, out: Path) -> dict[str, float]:
     model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.load_state_dict(gguf_model.state_dict())
     del gguf_model
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    def fill(tmp: Path) -> None:
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
-        info = {"source": str(source), "wheel_version": _wheel_version(), **p.model_dump()}
-        (tmp / "flowerbed_source.json").write_text(json.dumps(info, indent=1) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    info = {"source": str(source), "wheel_version": _wheel_version(), **p.model_dump()}
+    publish_folder(out, fill, info)
     seconds = time.perf_counter() - start
     logger.warning("smollm2: wrote %s (%.0f s)", out, seconds)
     params = sum(t.numel() for t in model.parameters())

@@ -6,10 +6,8 @@ The light half (parameters, the pretrain target) is
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from flowerbed.algorithms.sparsessm_scan import model_logits, perplexity
+from flowerbed.core.records import publish_folder
 from flowerbed.core.seeds import rng
 from flowerbed.data.sparsessm_data import SparseSsmTextParams, sparsessm_text
 from flowerbed.models.lm import LmError
@@ -105,17 +104,8 @@ def pretrain(p: SparseSsmPretrainParams, out: Path) -> dict[str, float]:
                        "params": float(sum(q.numel() for q in model.parameters()))}
     finally:
         torch.set_num_threads(threads)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        model.save_pretrained(str(tmp))
-        (tmp / "flowerbed_source.json").write_text(
-            json.dumps({"params": p.model_dump(), "metrics": metrics}, indent=1) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    publish_folder(out, lambda tmp: model.save_pretrained(str(tmp)),
+                   {"params": p.model_dump(), "metrics": metrics})
     logger.warning("sparsessm_mamba: held-out ppl %.3f (unigram %.2f, bigram %.2f) -> %s",
                    metrics["test_ppl"], metrics["unigram_ppl"], metrics["bigram_ppl"], out)
     return metrics
