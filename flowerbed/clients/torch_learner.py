@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -29,6 +31,34 @@ class SGDParams(Params):
     batch_size: int = Field(32, ge=1)
     local_epochs: int = Field(1, ge=1)
     optimizer: Literal["sgd", "adam"] = "sgd"
+
+
+@dataclass(frozen=True)
+class FitHooks:
+    """What a method adds to the plain mini-batch loop of :meth:`SGDLearner.fit`.
+
+    One loop serves FedAvg, FedProx and the methods that change a local step
+    (drift corrections, contrastive or proximal terms, frozen parts), so a
+    method writes its term, not another training loop.
+
+    Attributes
+    ----------
+    extra_loss
+        ``(model, x_batch, y_batch, output) -> tensor`` added to the batch loss
+        before ``backward`` (the reported ``loss`` stays the data loss).
+    after_backward
+        ``(model) -> None`` called between ``backward`` and the optimiser
+        step, e.g. to correct gradients in place.
+    trainable
+        Parameter names the optimiser updates (default: all); the others
+        keep their received values but still take part in the forward pass.
+    """
+
+    extra_loss: (
+        Callable[[nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None
+    ) = None
+    after_backward: Callable[[nn.Module], None] | None = None
+    trainable: Callable[[str], bool] | None = None
 
 
 @register("learner", "sgd")
@@ -101,15 +131,16 @@ class SGDLearner(SupervisedLearner):
 
         return nn.CrossEntropyLoss() if meta.task == "classification" else nn.MSELoss()
 
-    def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+    def _optimizer(
+        self, model: nn.Module, trainable: Callable[[str], bool] | None = None
+    ) -> torch.optim.Optimizer:
         import torch
 
+        params = [w for n, w in model.named_parameters() if trainable is None or trainable(n)]
         if self.p.optimizer == "adam":
-            return torch.optim.Adam(
-                model.parameters(), lr=self.p.lr, weight_decay=self.p.weight_decay
-            )
+            return torch.optim.Adam(params, lr=self.p.lr, weight_decay=self.p.weight_decay)
         return torch.optim.SGD(
-            model.parameters(),
+            params,
             lr=self.p.lr,
             momentum=self.p.momentum,
             weight_decay=self.p.weight_decay,
@@ -124,6 +155,7 @@ class SGDLearner(SupervisedLearner):
         seed: int,
         epochs: int | None = None,
         proximal_mu: float = 0.0,
+        hooks: FitHooks | None = None,
     ) -> tuple[Arrays, dict[str, float]]:
         """Run ``epochs`` (default ``local_epochs``) of seeded mini-batch training.
 
@@ -131,14 +163,16 @@ class SGDLearner(SupervisedLearner):
         FedProx's μ/2‖w - wᵗ‖² (Li et al., 2020), wᵗ being the received
         trainable parameters (buffers such as BatchNorm statistics are not
         pulled); the reported ``loss`` is the data loss alone. μ = 0 runs the
-        plain loop, so it equals FedAvg's training exactly.
+        plain loop, so it equals FedAvg's training exactly. ``hooks`` add a
+        method's own term, gradient step or frozen parameters (:class:`FitHooks`).
         """
         import torch
 
+        hooks = hooks or FitHooks()
         seed_torch(seed, self.device())
         model = self._load(meta, arrays)
         model.train()
-        opt, loss_fn = self._optimizer(model), self._loss(meta)
+        opt, loss_fn = self._optimizer(model, hooks.trainable), self._loss(meta)
         xt, yt = _tensors(x, y, meta, self.device())
         anchor = [w.detach().clone() for w in model.parameters()] if proximal_mu else []
         gen = torch.Generator().manual_seed(seed)
@@ -148,11 +182,17 @@ class SGDLearner(SupervisedLearner):
             for start in range(0, len(yt), self.p.batch_size):
                 idx = order[start : start + self.p.batch_size].to(xt.device)
                 opt.zero_grad()
-                loss = loss_fn(_squeeze(model(xt[idx]), meta), yt[idx])
+                xb, yb = xt[idx], yt[idx]
+                out = _squeeze(model(xb), meta)
+                loss = loss_fn(out, yb)
+                objective = loss
                 if anchor:
-                    (loss + proximal_term(model, anchor, proximal_mu)).backward()
-                else:
-                    loss.backward()
+                    objective = objective + proximal_term(model, anchor, proximal_mu)
+                if hooks.extra_loss is not None:
+                    objective = objective + hooks.extra_loss(model, xb, yb, out)
+                objective.backward()
+                if hooks.after_backward is not None:
+                    hooks.after_backward(model)
                 opt.step()
                 total += float(loss.detach()) * len(idx)
                 count += len(idx)
