@@ -140,6 +140,10 @@ class Recorder:
     use_sinks: bool = True
     sinks: list[Sink] = field(default_factory=list)
     summary: dict[str, Any] | None = None
+    #: The checkpoint folder a resumed run continues from (see
+    #: :func:`flowerbed.core.checkpoints.prepare_resume`); ``rows`` then holds
+    #: the rows recorded before it.
+    resume_from: Path | None = None
     _handler: logging.Handler | None = None
 
     def start(self) -> None:

@@ -21,6 +21,7 @@ from pydantic import (
 
 from flowerbed.core import registry
 from flowerbed.core.availability import AvailabilityParams
+from flowerbed.core.checkpoints import CheckpointConfig
 from flowerbed.core.registry import Params
 from flowerbed.core.sinks import JSONL
 
@@ -160,6 +161,7 @@ class ScenarioBase(Params):
     federation: FederationConfig = FederationConfig()
     clients: ClientsConfig = ClientsConfig()
     metrics: MetricsConfig = MetricsConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
     output_dir: str = "runs"
     # Component fields; :func:`scenario_model` narrows each to the union of the
     # registered parameter models, discriminated by ``name``.
@@ -220,7 +222,8 @@ class ScenarioBase(Params):
         Left out, because they never change a result: where the run folder
         goes (``output_dir``), ``description``, ``clients.keep_state``, the
         summary table's columns (``metrics.summary``), where results are
-        tracked besides the run folder (``sinks``) and the engine (inline,
+        tracked besides the run folder (``sinks``), checkpoints (a resumed
+        run ends bit for bit where an uninterrupted one does) and the engine (inline,
         simulation and deployment give the same numbers: see
         ``tests/test_simulation.py`` and ``tests/test_deploy.py``). Whether
         clients ask for a GPU stays in: on a GPU they compute differently.
@@ -228,9 +231,11 @@ class ScenarioBase(Params):
         it was moved, and equal digests mean equal results.
         """
         data = self.to_dict()
-        for key in ("output_dir", "description", "engine", "sinks"):
+        for key in ("output_dir", "description", "engine", "sinks", "checkpoint"):
             data.pop(key, None)
         data["clients"].pop("keep_state", None)
+        if data["clients"].get("attack") == {"name": "none"}:
+            data["clients"].pop("attack")  # digests from before attacks existed still hold
         data["metrics"].pop("summary", None)
         data["clients_use_gpu"] = self.engine.client_resources.num_gpus > 0
         text = json.dumps(data, sort_keys=True)

@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -158,6 +159,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Wall time counts from the process start: interpreter start-up and imports too.
     clock = RunClock(process_started())
     clock.add("startup", clock.elapsed())
+    if args.resume is not None:
+        return _resume(args, clock)
     with clock.phase("validate"):
         scenario = load_scenario(args.file, args.overrides)
         check_output_dir(args.output_dir or scenario.output_dir, create=True)
@@ -172,6 +175,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     except RunError as exc:
         print(f"run failed: {one_line(str(exc))}", file=sys.stderr)
         return 1
+    print_summary(result, scenario.metrics.summary_keys(), args.format)
+    return _summary_names_status(scenario, result)
+
+
+def _resume(args: argparse.Namespace, clock: Any) -> int:
+    """``flowerbed run --resume RUN_DIR``: continue a run from its newest checkpoint."""
+    from flowerbed.platform.runner import RunError, resume
+
+    try:
+        result = resume(args.resume, progress=not args.quiet, clock=clock)
+    except RunError as exc:
+        print(f"run failed: {one_line(str(exc))}", file=sys.stderr)
+        return 1
+    from flowerbed.core.records import SCENARIO_FILE
+    from flowerbed.core.scenario import load_scenario
+
+    scenario = load_scenario(Path(args.resume) / SCENARIO_FILE)
     print_summary(result, scenario.metrics.summary_keys(), args.format)
     return _summary_names_status(scenario, result)
 
@@ -288,7 +308,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="run a scenario", description=RUN_DESCRIPTION)
-    p.add_argument("file")
+    p.add_argument("file", nargs="?", help="the scenario YAML (not with --resume)")
+    p.add_argument(
+        "--resume", metavar="RUN_DIR", default=None,
+        help="continue the unfinished run in RUN_DIR from its newest checkpoint "
+        "(scenario block checkpoint: {every: N}); the run's own scenario is used",
+    )
     add_set_option(p)
     p.add_argument("--output-dir", default=None, help="root of run folders (default: scenario's)")
     p.add_argument("--quiet", action="store_true", help="logs only, no live display")
@@ -395,6 +420,16 @@ def check_paths(args: argparse.Namespace) -> None:
     if args.command not in READS_SCENARIO:
         return
     from flowerbed.platform.results import check_output_dir, check_scenario_file
+
+    if args.command == "run" and (args.file is None) == (args.resume is None):
+        problem = "both given" if args.file else "neither given"
+        raise ScenarioError([f"run: give a scenario file or --resume RUN_DIR ({problem})"], "run")
+    if args.command == "run" and args.resume is not None:
+        if args.overrides or args.output_dir:
+            raise ScenarioError(
+                ["run --resume: --set and --output-dir do not apply (the run keeps its "
+                 "scenario and folder)"], "run")
+        return
 
     check_scenario_file(args.file)
     if args.command == "sweep":

@@ -284,9 +284,7 @@ def follow_rows(recorder: Recorder, every_s: float = 0.5) -> Iterator[None]:
         thread.join(timeout=2)
 
 
-def _feed_rows(
-    path: Path, offset: int, listeners: list[Callable[[dict[str, Any]], None]]
-) -> int:
+def _feed_rows(path: Path, offset: int, listeners: list[Callable[[dict[str, Any]], None]]) -> int:
     """Pass the complete rows after byte ``offset`` to ``listeners``; return the new offset."""
     try:
         with open(path, "rb") as fh:
@@ -353,15 +351,84 @@ def run(
     clock = clock or RunClock()
     with clock.phase("validate", "validating the scenario"):
         scenario = _resolve(scenario, overrides)
+        _check_checkpointing(scenario)
         run_dir = _new_run_folder(scenario, output_dir) if save else None
     # A deployed ServerApp records the run (and feeds the sinks) in its own process.
     recorder = Recorder(scenario, run_dir, use_sinks=scenario.engine.name != "deployment")
+    return _execute(scenario, recorder, progress, clock)
+
+
+def resume(run_dir: str | Path, *, progress: bool = False, clock: RunClock | None = None) -> Result:
+    """Continue the run in ``run_dir`` from its newest checkpoint; return its :class:`Result`.
+
+    The scenario is the run's own ``scenario.resolved.yaml``. Rows recorded
+    after the checkpoint are cut from ``metrics.jsonl`` and
+    ``client_metrics.jsonl`` and computed again, so every round appears once;
+    the clients' state goes back to the checkpoint's copy. On CPU the final
+    numbers equal those of a run never interrupted. A run without a checkpoint
+    starts again from round 0 in the same folder.
+
+    Raises
+    ------
+    ScenarioError
+        ``run_dir`` is not an unfinished run folder, or its newest checkpoint
+        is unreadable, corrupted or another scenario's (one line naming the file).
+    RunError, RunInterrupted
+        As :func:`run`.
+    """
+    from flowerbed.core.checkpoints import CheckpointError, prepare_resume
+    from flowerbed.core.records import SCENARIO_FILE, SUMMARY_FILE
+
+    clock = clock or RunClock()
+    folder = Path(run_dir)
+    with clock.phase("validate", "checking the run folder and its checkpoint"):
+        if not (folder / SCENARIO_FILE).is_file():
+            raise InputPathError("--resume", folder, f"not a run folder (no {SCENARIO_FILE})")
+        if (folder / SUMMARY_FILE).is_file():
+            raise InputPathError("--resume", folder, f"the run has finished ({SUMMARY_FILE})")
+        scenario = load_scenario(folder / SCENARIO_FILE)
+        _check_checkpointing(scenario)
+        try:
+            checkpoint = prepare_resume(folder, scenario.digest())
+        except CheckpointError as exc:
+            raise InputPathError("--resume", folder, str(exc)) from None
+    recorder = Recorder(
+        scenario,
+        folder,
+        use_sinks=scenario.engine.name != "deployment",
+        rows=read_rows(folder / METRICS_FILE),
+        resume_from=checkpoint,
+    )
+    where = f"round {int(checkpoint.name.split('_')[-1])}" if checkpoint else "round 0"
+    activity(f"resuming {folder} from {where}")
+    return _execute(scenario, recorder, progress, clock)
+
+
+def _check_checkpointing(scenario: Scenario) -> None:
+    """Bad input before any work: checkpoints asked of a strategy that cannot write them."""
+    from flowerbed.platform.server import checked_strategy
+
+    checked_strategy(scenario)
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl`` (none when it does not exist)."""
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _execute(scenario: Scenario, recorder: Recorder, progress: bool, clock: RunClock) -> Result:
+    """Run ``scenario`` on its engine into ``recorder``; see :func:`run`."""
+    run_dir = recorder.run_dir
     display = None
     if progress:
         display = LiveProgress(scenario.name, scenario.rounds, scenario.metrics.summary)
         recorder.listeners.append(display)
     with (
-        quiet_flower(), warnings_once(), timed_by(recorder, clock),
+        quiet_flower(),
+        warnings_once(),
+        timed_by(recorder, clock),
         warm_head(scenario.engine.name),
     ):
         try:

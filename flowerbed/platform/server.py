@@ -17,13 +17,14 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from flowerbed.core import keys, registry
+from flowerbed.core.checkpoints import Checkpoints
 from flowerbed.core.messages import Payload
 from flowerbed.core.records import CLIENTS_FILE, STATE_DIR_NAME, Recorder
-from flowerbed.core.scenario import Scenario, load_scenario, validate_scenario
+from flowerbed.core.scenario import Scenario, ScenarioError, load_scenario, validate_scenario
 from flowerbed.data.table_data import dropped_rows
 from flowerbed.platform.progress import RunClock, clock_of
 from flowerbed.platform.results import new_run_dir, versions
-from flowerbed.strategies.base import ServerContext
+from flowerbed.strategies.base import ServerContext, Strategy
 from flowerbed.strategies.federation import Federation, RoundFailedError
 
 log = logging.getLogger("flowerbed")
@@ -131,21 +132,42 @@ def _run_clock(recorder: Recorder) -> RunClock:
     return clock
 
 
+def checked_strategy(scenario: Scenario) -> Strategy:
+    """The scenario's strategy; one that cannot checkpoint is refused when checkpoints are asked."""
+    strategy: Strategy = registry.build(
+        "strategy", scenario.component("strategy"), scenario=scenario
+    )
+    if scenario.checkpoint.every and not strategy.checkpointing:
+        name = registry.name_of(scenario.component("strategy"))
+        from flowerbed.core.plugins import load_plugins
+
+        load_plugins()
+        able = [e.name for e in registry.entries("strategy")
+                if getattr(e.target, "checkpointing", False)]
+        raise ScenarioError(
+            [
+                f"checkpoint.every: strategy {name!r} does not save checkpoints "
+                f"(strategies that do: {', '.join(able)}); set checkpoint.every: 0"
+            ],
+            scenario.name,
+        )
+    return strategy
+
+
 def _serve(grid: Grid, scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
     clock = _run_clock(recorder)
+    strategy = checked_strategy(scenario)
     root, run_name, temporary = state_location(scenario, recorder)
     try:
         with clock.phase("data", "building data"):
-            ctx = ServerContext(scenario, recorder, state_root=root)
+            checkpoints = Checkpoints(scenario, recorder.run_dir, root, recorder.resume_from)
+            ctx = ServerContext(scenario, recorder, state_root=root, checkpoints=checkpoints)
             recorder.write_json(CLIENTS_FILE, client_table(ctx))
         fed = Federation(grid, scenario, recorder)
         waiting = f"connecting clients (waiting for {scenario.num_clients} nodes)"
         with clock.phase("connect", waiting):
             fed.connect({keys.STATE_DIR: str(root), keys.RUN_NAME: run_name})
         with clock.phase("strategy", "running the strategy"):
-            strategy = registry.build(
-                "strategy", scenario.component("strategy"), scenario=scenario
-            )
             federated = strategy.run(fed, ctx)
         extra = dict(ctx.extra_results)
         with clock.phase("baselines", "running the baselines"):

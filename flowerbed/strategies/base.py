@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from flowerbed.clients.learner import Learner, TaskContext, client_seed
 from flowerbed.core import registry
+from flowerbed.core.checkpoints import Checkpoints
 from flowerbed.core.messages import Payload
 from flowerbed.core.records import Recorder
 from flowerbed.core.registry import Params as BaseParams
@@ -36,6 +37,8 @@ class ServerContext:
     #: Each client's ``run_local`` reply when strategy ``local`` ran them, so the
     #: ``local_only`` baseline reuses them instead of computing them again.
     local_results: dict[int, Payload] | None = None
+    #: Where the strategy saves its checkpoints, and the one a resumed run starts from.
+    checkpoints: Checkpoints | None = None
 
     def task_context(self, partition_id: int, message_type: str, server_round: int) -> TaskContext:
         """The context a client would get for this message (same seed, same state folder)."""
@@ -71,6 +74,10 @@ class Strategy:
     """
 
     Params: ClassVar[type[BaseParams]] = BaseParams
+    #: Whether :meth:`run` saves ``ctx.checkpoints`` every ``checkpoint.every``
+    #: rounds and resumes from them; a scenario asking a strategy that does
+    #: not for checkpoints is refused before any work.
+    checkpointing: ClassVar[bool] = False
 
     def __init__(self, params: BaseParams, *, scenario: Scenario) -> None:
         self.params = params

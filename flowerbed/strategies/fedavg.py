@@ -6,7 +6,7 @@ The Flower subclasses it runs on are in :mod:`flowerbed.strategies.flower_fedavg
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,9 @@ from flowerbed.strategies.federation import Federation
 
 if TYPE_CHECKING:
     from flwr.app import ArrayRecord, MetricRecord
+    from flwr.serverapp import Grid
+
+    from flowerbed.strategies.flower_fedavg import SeededFedAvg
 
 
 class FedAvgParams(Params):
@@ -50,6 +53,7 @@ class FedAvgStrategy(Strategy):
     """FedAvg: weighted average of client weights each round (Flower's implementation)."""
 
     Params = FedAvgParams
+    checkpointing = True
 
     def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
         """Run ``scenario.rounds`` FedAvg rounds; return server-side test metrics."""
@@ -107,11 +111,58 @@ def run_flower(
         final.update(named)
         return MetricRecord(scores)  # type: ignore[arg-type]
 
-    strategy.start(
-        grid=view,
-        initial_arrays=Payload(arrays=init).to_array_record(),
-        num_rounds=scenario.rounds,
-        timeout=scenario.federation.timeout,
-        evaluate_fn=evaluate,
-    )
+    drive(strategy, view, Payload(arrays=init).to_array_record(), ctx, evaluate, final)
     return final
+
+
+def drive(
+    strategy: SeededFedAvg,
+    grid: Grid,
+    initial: ArrayRecord,
+    ctx: ServerContext,
+    evaluate: Callable[[int, ArrayRecord], MetricRecord | None],
+    final: dict[str, float],
+) -> None:
+    """Flower's round loop (``Strategy.start``), with checkpoints and resuming.
+
+    The same calls in the same order as Flower's own loop: configure and
+    aggregate training, configure and aggregate evaluation, then the server's
+    evaluation; round 0 evaluates the initial weights. After every
+    ``checkpoint.every`` rounds the global arrays, the strategy's
+    ``state_dict()`` and the last server metrics are saved; a resumed run
+    loads them and continues with the next round.
+    """
+    from flwr.app import ConfigRecord
+
+    scenario, checkpoints = ctx.scenario, ctx.checkpoints
+    timeout = scenario.federation.timeout
+    arrays, start = initial, 0
+    restored = checkpoints.restore() if checkpoints is not None else None
+    if restored is None:
+        evaluate(0, arrays)
+    else:
+        start, state = restored
+        strategy.load_state_dict(state["strategy"])
+        arrays = Payload(arrays=state["arrays"]).to_array_record()
+        final.update(state["final"])
+        ctx.recorder.event("resumed", round=start)
+    train_config, evaluate_config = ConfigRecord(), ConfigRecord()
+    for r in range(start + 1, scenario.rounds + 1):
+        replies = grid.send_and_receive(
+            strategy.configure_train(r, arrays, train_config, grid), timeout=timeout
+        )
+        aggregated, _ = strategy.aggregate_train(r, replies)
+        if aggregated is not None:
+            arrays = aggregated
+        replies = grid.send_and_receive(
+            strategy.configure_evaluate(r, arrays, evaluate_config, grid), timeout=timeout
+        )
+        strategy.aggregate_evaluate(r, replies)
+        evaluate(r, arrays)
+        if checkpoints is not None and checkpoints.due(r):
+            state = {
+                "arrays": Payload.from_record_arrays(arrays),
+                "strategy": strategy.state_dict(),
+                "final": dict(final),
+            }
+            checkpoints.save(r, state)

@@ -16,7 +16,7 @@ prototypes (``T = T0``, no server step).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -86,6 +86,15 @@ class _Arm:
                                                   for x in ok] or [0.0])),
             **{f"align/{k}": v for k, v in (extra or {}).items()}})
 
+    def state_dict(self) -> dict[str, list[float]]:
+        """The arm's curves so far (what a resumed run's summary is computed from)."""
+        return {"curve": self.curve, "down": self.down, "up": self.up, "seconds": self.seconds}
+
+    def load_state_dict(self, state: dict[str, list[float]]) -> None:
+        """Put back what :meth:`state_dict` returned."""
+        self.curve, self.down = list(state["curve"]), list(state["down"])
+        self.up, self.seconds = list(state["up"]), list(state["seconds"])
+
     def final(self, global_acc: float, std: float) -> dict[str, float]:
         tail = self.curve[-min(10, len(self.curve)):] or [float("nan")]
         return {"local_test/accuracy": self.curve[-1] if self.curve else float("nan"),
@@ -107,6 +116,9 @@ class FedSpaStrategy(Strategy):
     """FedSPA: client visual prototypes, server InfoNCE alignment of text prototypes; baselines."""
 
     Params = FedSpaParams
+    # FedSPA's own rounds checkpoint; a run resumed after them repeats the
+    # comparison arms, which start from the state the checkpoint restored.
+    checkpointing = True
 
     def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
         """FedSPA for ``scenario.rounds`` rounds, then each comparison arm."""
@@ -139,17 +151,35 @@ class FedSpaStrategy(Strategy):
         ctx.recorder.metrics(0, "fedspa", {"init/classes_from_text": float(missing.sum())})
         return p0, int(np.mean([_bytes(r.arrays) for r in ok.values()]))
 
+    def state_dict(self) -> dict[str, Any]:
+        """FedSPA's server state after a round: ``T``, ``P0``, the curves, the last alignment."""
+        return dict(self.loop)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`state_dict` returned."""
+        self.loop = dict(state)
+
     def _fedspa(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
         p: FedSpaParams = self.params  # type: ignore[assignment]
-        p0, init_up = self._init_prototypes(fed, ctx)
-        arm, t, std = _Arm("fedspa", ctx), self.t0.copy(), 0.0
-        info: dict[str, float] = {}
-        for r in range(1, self.scenario.rounds + 1):
-            arrays = {keys.TEXT: t, **({keys.INIT_PROTOS: p0} if r == 1 else {})}
+        arm, checkpoints = _Arm("fedspa", ctx), ctx.checkpoints
+        restored = checkpoints.restore() if checkpoints is not None else None
+        if restored is None:
+            p0, init_up = self._init_prototypes(fed, ctx)
+            start, self.loop = 0, {"t": self.t0.copy(), "p0": p0, "init_up": init_up,
+                                   "std": 0.0, "info": {}}
+        else:
+            start, state = restored
+            self.load_state_dict(state["strategy"])
+            ctx.recorder.event("resumed", round=start)
+        loop = self.loop
+        arm.load_state_dict(loop.get("arm", arm.state_dict()))
+        for r in range(start + 1, self.scenario.rounds + 1):
+            t = loop["t"]
+            arrays = {keys.TEXT: t, **({keys.INIT_PROTOS: loop["p0"]} if r == 1 else {})}
             config = {keys.ARM: "fedspa", keys.EPOCHS: self.epochs(r)}
             replies = fed.ask(keys.TRAIN_MESSAGE, Payload(arrays, config), server_round=r)
             acc = personal(replies)
-            std = acc[1]
+            info: dict[str, float] = loop["info"]
             if p.server_epochs > 0:
                 ok = list(replies.ok.values())
                 protos = np.concatenate([x.arrays[keys.PROTOS] for x in ok])
@@ -162,9 +192,13 @@ class FedSpaStrategy(Strategy):
             info = {**info, "t_row_norm_max_dev": float(np.abs(norms - 1).max()),
                     "t_drift_from_t0": float(np.linalg.norm(t - self.t0))}
             arm.round(r, acc, _bytes(arrays), replies, info)
-        self.t_final = t
+            loop.update(t=t, std=acc[1], info=info, arm=arm.state_dict())
+            if checkpoints is not None and checkpoints.due(r):
+                checkpoints.save(r, {"strategy": self.state_dict()})
+        self.t_final = t = loop["t"]
+        info, std = loop["info"], loop["std"]
         glob = self._evaluate(fed, {keys.TEXT: t}, "text")
-        return {**arm.final(glob[2], std), "comm/bytes_init_up_per_client": float(init_up),
+        return {**arm.final(glob[2], std), "comm/bytes_init_up_per_client": float(loop["init_up"]),
                 **{f"align/{k}": v for k, v in info.items()}}
 
     def _evaluate(self, fed: Federation, arrays: Arrays, head: str, r: int = 0

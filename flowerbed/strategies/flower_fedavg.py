@@ -86,6 +86,10 @@ class FlowerGridView(DelegatingGrid):
         return [by_pid[p] for p in keep]
 
 
+#: Attributes of the seeded strategies that are wiring, not state.
+_NOT_STATE = frozenset({"root_seed", "view", "ctx", "sent_dtypes"})
+
+
 class SeededFedAvg(FedAvg):
     """Flower's FedAvg with cohorts drawn from the scenario seed and metrics recorded."""
 
@@ -96,6 +100,27 @@ class SeededFedAvg(FedAvg):
         self.root_seed = root_seed
         self.view = view
         self.ctx = ctx
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything Flower's strategy keeps between rounds, as checkpointable data.
+
+        Taken from the instance itself, not a list per class: FedOpt's
+        ``current_arrays``, ``m_t`` and ``v_t``, FedAvgM's momentum, a DP
+        wrapper's clipping norm, and any attribute a later Flower adds, are
+        all included (an attribute of a type that cannot be saved is an error
+        at the first checkpoint, never dropped). Callables (metric
+        aggregation functions) are configuration, rebuilt with the strategy.
+        """
+        return {
+            k: _to_state(v)
+            for k, v in vars(self).items()
+            if k not in _NOT_STATE and not callable(v)
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`state_dict` returned."""
+        for k, v in state.items():
+            setattr(self, k, _from_state(v))
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -218,6 +243,31 @@ def seeded_strategy(flower_class: str) -> type[SeededFedAvg]:
     if not issubclass(base, FedAvg):
         raise TypeError(f"{flower_class} does not derive from Flower's FedAvg")
     return type(f"Seeded{flower_class}", (KeepDtypes, base), {"__module__": __name__})
+
+
+_RECORD = "__arrayrecord__"
+
+
+def _to_state(value: Any) -> Any:
+    """``value`` with Flower's ``ArrayRecord``s as ``{"__arrayrecord__": {name: array}}``."""
+    if isinstance(value, ArrayRecord):
+        return {_RECORD: Payload.from_record_arrays(value)}
+    if isinstance(value, dict):
+        return {k: _to_state(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_state(v) for v in value]
+    return value
+
+
+def _from_state(value: Any) -> Any:
+    """The inverse of :func:`_to_state`."""
+    if isinstance(value, dict):
+        if set(value) == {_RECORD}:
+            return Payload(arrays=dict(value[_RECORD])).to_array_record()
+        return {k: _from_state(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_state(v) for v in value]
+    return value
 
 
 def _train_split(metrics: MetricRecord) -> dict[str, float]:

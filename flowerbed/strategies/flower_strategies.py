@@ -114,6 +114,7 @@ class FlowerStrategy(Strategy):
     """Runs the Flower strategy :attr:`flower_class` with the scenario's parameters."""
 
     flower_class: ClassVar[str] = "FedAvg"
+    checkpointing = True
 
     def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
         """Run ``scenario.rounds`` rounds of the strategy; return server-side test metrics."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -27,6 +28,8 @@ from flowerbed.platform.sweep.progress import SweepProgress
 
 if TYPE_CHECKING:
     from flowerbed.core.records import Recorder
+
+log = logging.getLogger("flowerbed")
 
 @dataclass
 class PointResult:
@@ -56,6 +59,27 @@ class SweepResult:
 RunPoint = Callable[[Scenario, "Recorder"], dict[str, Any]]
 
 
+def resumable_attempt(folder: Path, point: SweepPoint) -> tuple[Path | None, list[dict[str, Any]]]:
+    """An unfinished attempt's newest usable checkpoint, with the rows recorded before it.
+
+    ``(None, [])`` when the folder has no checkpoint of this point's scenario
+    (or an unusable one, said in one warning): the attempt is then archived and
+    the point starts from round 0.
+    """
+    from flowerbed.core.checkpoints import CheckpointError, checkpoint_folders, prepare_resume
+    from flowerbed.core.records import METRICS_FILE
+    from flowerbed.platform.runner import read_rows
+
+    if not checkpoint_folders(folder):
+        return None, []
+    try:
+        checkpoint = prepare_resume(folder, point.digest)
+    except CheckpointError as exc:
+        log.warning("point %s starts again from round 0: %s", folder.name, exc)
+        return None, []
+    return checkpoint, read_rows(folder / METRICS_FILE) if checkpoint else []
+
+
 @dataclass
 class _Executor:
     """Runs single points into their folders and keeps the outcomes."""
@@ -77,8 +101,12 @@ class _Executor:
         from flowerbed.core.records import Recorder
 
         folder = self.folder(point)
-        archive_attempt(folder)
-        recorder = Recorder(point.scenario, folder, sweep=self.plan.name)
+        resume_from, rows = resumable_attempt(folder, point)
+        if resume_from is None:
+            archive_attempt(folder)
+        recorder = Recorder(
+            point.scenario, folder, sweep=self.plan.name, rows=rows, resume_from=resume_from
+        )
         if self.progress is not None:
             recorder.listeners.append(self.progress.start(point))
         started = time.time()

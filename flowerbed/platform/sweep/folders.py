@@ -10,11 +10,13 @@ from typing import Any
 
 import yaml
 
+from flowerbed.core.checkpoints import CHECKPOINT_DIR
 from flowerbed.core.records import (
     CLIENT_METRICS_FILE,
     CLIENTS_FILE,
     LOG_FILE,
     METRICS_FILE,
+    STATE_DIR_NAME,
     SUMMARY_FILE,
     TENSORBOARD_DIR,
     atomic_write,
@@ -28,10 +30,11 @@ STATUS_FILE = "status.json"
 ERROR_FILE = "error.txt"
 PREVIOUS_DIR = "previous"
 #: Files a point attempt writes; an unfinished attempt's are moved aside before a retry
-#: (the ``tensorboard`` sink's folder too, so a retry's curves do not overlay the last).
+#: (the ``tensorboard`` sink's folder too, so a retry's curves do not overlay the last;
+#: the clients' state, so a retry from round 0 does not start from the last attempt's).
 ATTEMPT_FILES = (
     METRICS_FILE, CLIENT_METRICS_FILE, LOG_FILE, CLIENTS_FILE, SUMMARY_FILE, STATUS_FILE,
-    ERROR_FILE, TENSORBOARD_DIR,
+    ERROR_FILE, TENSORBOARD_DIR, CHECKPOINT_DIR, STATE_DIR_NAME,
 )
 
 
