@@ -309,3 +309,31 @@ def test_fedspa_with_client_state_resumes_to_the_uninterrupted_numbers(tmp_path)
     summary = json.loads((run_dir / SUMMARY_FILE).read_text())
     assert _untimed(summary["results"]) == _untimed(reference.summary["results"])
     assert len(set(_rounds_phases(_metric_rows(run_dir)))) == len(_metric_rows(run_dir))
+
+
+@pytest.mark.parametrize("strategy", [{"name": "scaffold"}, {"name": "feddyn", "alpha": 0.1}])
+def test_drift_corrections_resume_with_their_control_variates(tmp_path, strategy):
+    """SCAFFOLD's ``c`` and ``c_i`` / FedDyn's ``h`` and gradient states survive the interruption."""
+    from flowerbed.core import checkpoints
+    from flowerbed.platform.runner import RunError, resume
+
+    scenario = {**FEDADAM, "rounds": 4, "strategy": strategy,
+                "learner": {"name": "sgd_drift", "lr": 0.05, "batch_size": 32}}
+    reference = flowerbed.run(scenario, save=False)
+    original = checkpoints.Checkpoints.save
+
+    def save_then_fail(self: Any, server_round: int, state: dict[str, Any]) -> Any:
+        out = original(self, server_round, state)
+        if server_round == 2:
+            raise RuntimeError("stopped after the round-2 checkpoint")
+        return out
+
+    checkpoints.Checkpoints.save = save_then_fail  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RunError) as err:
+            flowerbed.run(scenario, output_dir=tmp_path)
+    finally:
+        checkpoints.Checkpoints.save = original  # type: ignore[method-assign]
+    assert err.value.run_dir is not None
+    resumed = resume(err.value.run_dir)
+    assert resumed.summary["results"] == reference.summary["results"]

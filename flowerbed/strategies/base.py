@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from flowerbed.clients.learner import Learner, TaskContext, client_seed
 from flowerbed.core import registry
@@ -86,3 +86,16 @@ class Strategy:
     def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
         """Drive the federation to the end; return final metrics."""
         raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """The server state a checkpoint saves (arrays, numbers, strings, nested dicts/lists).
+
+        A strategy with :attr:`checkpointing` returns what its next round
+        needs besides the global weights (optimiser moments, control variates,
+        curves its summary is computed from); see :mod:`flowerbed.core.checkpoints`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not save checkpoints")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`state_dict` returned (a resumed run, before its next round)."""
+        raise NotImplementedError(f"{type(self).__name__} does not save checkpoints")

@@ -14,11 +14,12 @@ in round 0, every ``metrics.eval_every`` rounds and the last
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from flowerbed.clients.drift_learners import DriftSGDLearner
 from flowerbed.core.messages import Arrays, Payload, Replies
 from flowerbed.core.seeds import derive_seed
-from flowerbed.strategies.base import ServerContext
+from flowerbed.strategies.base import ServerContext, Strategy
 from flowerbed.strategies.federation import Federation
 
 #: ``step(server_round, cohort, arrays) -> (new arrays, train replies)``.
@@ -66,16 +67,28 @@ def run_rounds(
     init: Arrays,
     fractions: tuple[float, float],
     step: RoundStep,
+    strategy: Strategy,
 ) -> dict[str, float]:
     """``scenario.rounds`` rounds of ``step``; return the last server test metrics.
 
     ``fractions`` are ``(fraction_train, fraction_evaluate)``; a
-    ``fraction_evaluate`` of 0 skips the clients' evaluation.
+    ``fraction_evaluate`` of 0 skips the clients' evaluation. Every
+    ``checkpoint.every`` rounds the weights and ``strategy.state_dict()`` (the
+    server's control variate or FedDyn's ``h``) are saved; a resumed run
+    continues from the newest checkpoint.
     """
     fraction_train, fraction_evaluate = fractions
-    arrays = init
-    final = server_evaluate(ctx, arrays, 0)
-    for r in range(1, ctx.scenario.rounds + 1):
+    checkpoints = ctx.checkpoints
+    restored = checkpoints.restore() if checkpoints is not None else None
+    if restored is None:
+        start, arrays = 0, init
+        final = server_evaluate(ctx, arrays, 0)
+    else:
+        start, state = restored
+        arrays, final = state["arrays"], state["final"]
+        strategy.load_state_dict(state["strategy"])
+        ctx.recorder.event("resumed", round=start)
+    for r in range(start + 1, ctx.scenario.rounds + 1):
         arrays, replies = step(r, fed.sample(fraction_train, r), arrays)
         if train := weighted_metrics(replies):
             ctx.recorder.metrics(r, "train", {f"train/{k}": v for k, v in train.items()})
@@ -87,4 +100,9 @@ def run_rounds(
                 ctx.recorder.metrics(r, "evaluate", named)
         if ctx.should_evaluate(r):
             final = server_evaluate(ctx, arrays, r)
+        if checkpoints is not None and checkpoints.due(r):
+            saved: dict[str, Any] = {
+                "arrays": arrays, "final": final, "strategy": strategy.state_dict()
+            }
+            checkpoints.save(r, saved)
     return final

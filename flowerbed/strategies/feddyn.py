@@ -9,6 +9,8 @@ learner ``sgd_drift`` minimises FedDyn's local objective and replies ``θ_k^t``;
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from flowerbed.clients.drift_learners import FEDDYN_ALPHA, FEDDYN_MESSAGE
@@ -31,6 +33,15 @@ class FedDynStrategy(Strategy):
     """FedDyn: local objectives dynamically regularised towards the server model."""
 
     Params = FedDynParams
+    checkpointing = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """The server's running sum ``h`` of the clients' drifts."""
+        return {"h": self.h}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`state_dict` returned."""
+        self.h = dict(state["h"])
 
     def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
         """Run ``scenario.rounds`` FedDyn rounds; return server-side test metrics."""
@@ -40,11 +51,10 @@ class FedDynStrategy(Strategy):
         learner = drift_learner(ctx, "feddyn")
         init = initial_arrays(ctx, learner)
         names = learner.parameter_names(ctx.data.dataset.meta)
-        h = scaffold.zeros_like({k: init[k] for k in names})
+        self.h = scaffold.zeros_like({k: init[k] for k in names})
         n = len(fed.partition_ids)
 
         def step(r: int, cohort: list[int], theta: Arrays) -> tuple[Arrays, Replies]:
-            nonlocal h
             replies = fed.ask(
                 FEDDYN_MESSAGE, Payload(arrays=theta, config={FEDDYN_ALPHA: p.alpha}), cohort,
                 server_round=r, expected_arrays=theta,
@@ -52,7 +62,8 @@ class FedDynStrategy(Strategy):
             if not replies.ok:
                 return theta, replies
             local = [b.arrays for b in replies.ok.values()]
-            theta, h = feddyn.server_update(h, theta, local, p.alpha, n)
+            theta, self.h = feddyn.server_update(self.h, theta, local, p.alpha, n)
             return theta, replies
 
-        return run_rounds(fed, ctx, init, (p.fraction_train, p.fraction_evaluate), step)
+        fractions = (p.fraction_train, p.fraction_evaluate)
+        return run_rounds(fed, ctx, init, fractions, step, self)

@@ -11,6 +11,8 @@ learner ``sgd_drift`` runs the corrected local steps and replies ``y_i`` and
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from flowerbed.clients.drift_learners import SCAFFOLD_MESSAGE, join_control, split_control
@@ -33,6 +35,15 @@ class ScaffoldStrategy(Strategy):
     """SCAFFOLD: drift-corrected local SGD with server and client control variates."""
 
     Params = ScaffoldParams
+    checkpointing = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """The server control variate ``c``."""
+        return {"c": self.c}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`state_dict` returned."""
+        self.c = dict(state["c"])
 
     def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
         """Run ``scenario.rounds`` SCAFFOLD rounds; return server-side test metrics."""
@@ -42,12 +53,11 @@ class ScaffoldStrategy(Strategy):
         learner = drift_learner(ctx, "scaffold")
         init = initial_arrays(ctx, learner)
         names = learner.parameter_names(ctx.data.dataset.meta)
-        c = scaffold.zeros_like({k: init[k] for k in names})
+        self.c = scaffold.zeros_like({k: init[k] for k in names})
         n = len(fed.partition_ids)
 
         def step(r: int, cohort: list[int], x: Arrays) -> tuple[Arrays, Replies]:
-            nonlocal c
-            sent = join_control(x, c)
+            sent = join_control(x, self.c)
             replies = fed.ask(
                 SCAFFOLD_MESSAGE, Payload(arrays=sent), cohort, server_round=r,
                 expected_arrays=sent,
@@ -56,7 +66,10 @@ class ScaffoldStrategy(Strategy):
                 return x, replies
             split = [split_control(b.arrays) for b in replies.ok.values()]
             delta_y = [{k: y[k] - x[k] for k in x} for y, _ in split]
-            x, c = scaffold.server_update(x, c, delta_y, [dc for _, dc in split], n, p.global_lr)
+            x, self.c = scaffold.server_update(
+                x, self.c, delta_y, [dc for _, dc in split], n, p.global_lr
+            )
             return x, replies
 
-        return run_rounds(fed, ctx, init, (p.fraction_train, p.fraction_evaluate), step)
+        fractions = (p.fraction_train, p.fraction_evaluate)
+        return run_rounds(fed, ctx, init, fractions, step, self)
