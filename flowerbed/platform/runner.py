@@ -387,6 +387,12 @@ def resume(run_dir: str | Path, *, progress: bool = False, clock: RunClock | Non
         if (folder / SUMMARY_FILE).is_file():
             raise InputPathError("--resume", folder, f"the run has finished ({SUMMARY_FILE})")
         scenario = load_scenario(folder / SCENARIO_FILE)
+        if scenario.engine.name == "deployment":
+            # The deployed ServerApp records the run in its own process, which
+            # would start again from round 0 after the files were cut back.
+            raise InputPathError(
+                "--resume", folder, "a deployment run cannot be resumed (inline and simulation can)"
+            )
         _check_checkpointing(scenario)
         try:
             checkpoint = prepare_resume(folder, scenario.digest())
