@@ -117,7 +117,9 @@ def _metric_rows(run_dir: Path) -> list[dict[str, Any]]:
 
 def _untimed(results: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """Results less the measured seconds (``time/...``), which no two runs share."""
-    return {s: {k: v for k, v in m.items() if not k.startswith("time/")} for s, m in results.items()}
+    return {
+        s: {k: v for k, v in m.items() if not k.startswith("time/")} for s, m in results.items()
+    }
 
 
 def _rounds_phases(rows: list[dict[str, Any]]) -> list[tuple[int, str]]:
@@ -311,14 +313,18 @@ def test_fedspa_with_client_state_resumes_to_the_uninterrupted_numbers(tmp_path)
     assert len(set(_rounds_phases(_metric_rows(run_dir)))) == len(_metric_rows(run_dir))
 
 
-@pytest.mark.parametrize("strategy", [{"name": "scaffold"}, {"name": "feddyn", "alpha": 0.1}])
-def test_drift_corrections_resume_with_their_control_variates(tmp_path, strategy):
-    """SCAFFOLD's ``c`` and ``c_i`` / FedDyn's ``h`` and gradient states survive the interruption."""
+@pytest.mark.parametrize(
+    ("strategy", "learner"),
+    [({"name": "scaffold"}, "sgd_drift"), ({"name": "feddyn", "alpha": 0.1}, "sgd_drift"),
+     ({"name": "ditto", "lam": 1.0}, "personal_sgd")],
+)
+def test_strategies_with_their_own_state_resume_exactly(tmp_path, strategy, learner):
+    """SCAFFOLD's ``c``/``c_i``, FedDyn's ``h``, Ditto's personal models survive a stop."""
     from flowerbed.core import checkpoints
     from flowerbed.platform.runner import RunError, resume
 
     scenario = {**FEDADAM, "rounds": 4, "strategy": strategy,
-                "learner": {"name": "sgd_drift", "lr": 0.05, "batch_size": 32}}
+                "learner": {"name": learner, "lr": 0.05, "batch_size": 32}}
     reference = flowerbed.run(scenario, save=False)
     original = checkpoints.Checkpoints.save
 

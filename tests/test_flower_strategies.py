@@ -284,3 +284,20 @@ def test_every_strategy_gives_the_same_numbers_inline_and_in_simulation(tmp_path
         inline = flowerbed.run(fast(num_clients=3, rounds=2, strategy=block), save=False)
         assert point.summary is not None
         assert point.summary["results"] == inline.summary["results"], block["name"]
+
+
+def test_fedavg_keeps_integer_buffers_of_a_batchnorm_model():
+    """Flower's average makes ``num_batches_tracked`` a float; round 2's int64 replies still fit."""
+    import flowerbed
+
+    result = flowerbed.run(
+        {
+            "name": "fedavg_bn", "num_clients": 3, "rounds": 2,
+            "dataset": {"name": "digits"}, "partition": {"name": "iid"},
+            "model": {"name": "mlp_bn", "hidden": [8]}, "learner": {"name": "sgd"},
+            "strategy": {"name": "fedavg"}, "engine": "inline",
+        },
+        save=False,
+    )
+    failed = [r for r in result.rows if r.get("failed", 0)]
+    assert not failed and result.final()["test/accuracy"] > 0.3

@@ -22,7 +22,7 @@ from flowerbed.strategies.base import ServerContext, Strategy
 from flowerbed.strategies.federation import Federation
 
 if TYPE_CHECKING:
-    from flwr.app import ArrayRecord, MetricRecord
+    from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
     from flwr.serverapp import Grid
 
     from flowerbed.strategies.flower_fedavg import SeededFedAvg
@@ -122,6 +122,7 @@ def drive(
     ctx: ServerContext,
     evaluate: Callable[[int, ArrayRecord], MetricRecord | None],
     final: dict[str, float],
+    config: ConfigRecord | None = None,
 ) -> None:
     """Flower's round loop (``Strategy.start``), with checkpoints and resuming.
 
@@ -130,7 +131,8 @@ def drive(
     evaluation; round 0 evaluates the initial weights. After every
     ``checkpoint.every`` rounds the global arrays, the strategy's
     ``state_dict()`` and the last server metrics are saved; a resumed run
-    loads them and continues with the next round.
+    loads them and continues with the next round. ``config`` goes with every
+    train and evaluate message (Flower's ``train_config`` / ``evaluate_config``).
     """
     from flwr.app import ConfigRecord
 
@@ -146,7 +148,7 @@ def drive(
         arrays = Payload(arrays=state["arrays"]).to_array_record()
         final.update(state["final"])
         ctx.recorder.event("resumed", round=start)
-    train_config, evaluate_config = ConfigRecord(), ConfigRecord()
+    train_config = evaluate_config = ConfigRecord() if config is None else config
     for r in range(start + 1, scenario.rounds + 1):
         replies = grid.send_and_receive(
             strategy.configure_train(r, arrays, train_config, grid), timeout=timeout

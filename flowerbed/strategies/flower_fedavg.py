@@ -230,7 +230,9 @@ def seeded_strategy(flower_class: str) -> type[SeededFedAvg]:
     class ``(KeepDtypes, flower_class)`` runs the strategy's own configure
     and aggregate steps inside the seeded, recorded ones (Python's MRO puts
     ``SeededFedAvg``'s overrides first and Flower's subclass next). FedAvg
-    itself is :class:`SeededFedAvg`, unchanged.
+    itself is :class:`KeepDtypes`: its average turns a BatchNorm's integer
+    ``num_batches_tracked`` into a float, which the next round's replies
+    (integers again) would not match.
 
     Examples
     --------
@@ -239,7 +241,7 @@ def seeded_strategy(flower_class: str) -> type[SeededFedAvg]:
     """
     base = getattr(flower, flower_class)
     if base is FedAvg:
-        return SeededFedAvg
+        return KeepDtypes
     if not issubclass(base, FedAvg):
         raise TypeError(f"{flower_class} does not derive from Flower's FedAvg")
     return type(f"Seeded{flower_class}", (KeepDtypes, base), {"__module__": __name__})

@@ -92,6 +92,10 @@ class PersonalizedStrategy(Strategy):
     the server sent).
     """
 
+    # Flower's FedAvg loop (:func:`~flowerbed.strategies.fedavg.drive`); the
+    # private parts live in the clients' state, which checkpoints copy.
+    checkpointing = True
+
     def config(self) -> PersonalConfig:
         """The method and its settings, as sent to the clients."""
         p: Any = self.params
@@ -109,6 +113,7 @@ class PersonalizedStrategy(Strategy):
         """``scenario.rounds`` rounds; return personalized and (where defined) global metrics."""
         from flwr.app import ConfigRecord, MetricRecord
 
+        from flowerbed.strategies.fedavg import drive
         from flowerbed.strategies.flower_fedavg import FlowerGridView
 
         learner = ctx.learner
@@ -147,15 +152,8 @@ class PersonalizedStrategy(Strategy):
             return MetricRecord(scores)  # type: ignore[arg-type]
 
         config = ConfigRecord(cfg.to_config())  # type: ignore[arg-type]
-        strategy.start(
-            grid=view,
-            initial_arrays=Payload(arrays=shared).to_array_record(),
-            num_rounds=self.scenario.rounds,
-            timeout=self.scenario.federation.timeout,
-            train_config=config,
-            evaluate_config=config,
-            evaluate_fn=evaluate,
-        )
+        initial = Payload(arrays=shared).to_array_record()
+        drive(strategy, view, initial, ctx, evaluate, final, config)
         ctx.recorder.write_json("personalized_clients.json", strategy.last_clients)
         return {**final, **personalized_summary(strategy.last_clients)}
 
