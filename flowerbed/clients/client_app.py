@@ -19,6 +19,7 @@ from flwr.app import ConfigRecord, Context, Message
 from flwr.app.metadata import validate_message_type
 from flwr.clientapp import ClientApp
 
+from flowerbed.clients import attacks
 from flowerbed.clients.learner import Learner, TaskContext, client_seed
 from flowerbed.clients.state import remove_client
 from flowerbed.core import keys, registry
@@ -208,7 +209,9 @@ def handle(msg: Message, context: Context) -> Message:
     server_round = int(payload.config.get(keys.SERVER_ROUND, 0))
     seed = client_seed(scenario, pid, message_type, server_round)
     task = TaskContext(scenario, pid, server_round, seed, Path(root) if root else None)
-    reply = _learner(yaml_text).handler(message_type)(data, payload, task)
+    handler = _learner(yaml_text).handler(message_type)
+    # Malicious clients (``clients.attack``): the plain handler unless an attack is named.
+    reply = attacks.answer(handler, message_type, data, payload, task, _data(yaml_text).client)
     if not isinstance(reply, Payload):
         raise TypeError(
             f"learner handler for {message_type!r} returned "

@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from flowerbed.core import registry
+from flowerbed.core.attacks import AttackParams, NoAttack
 from flowerbed.core.availability import AvailabilityParams
 from flowerbed.core.checkpoints import CheckpointConfig
 from flowerbed.core.registry import Params
@@ -94,6 +95,10 @@ class ClientsConfig(Params):
         True,
         description="keep each client's persistent state folder after the run "
         "(run folder's client_state/, or the SuperNode's state-dir); false deletes it at the end",
+    )
+    attack: AttackParams = Field(
+        NoAttack(),
+        description="malicious clients and their attack (see flowerbed.core.attacks)",
     )
 
 

@@ -17,6 +17,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from flowerbed.core import keys, registry
+from flowerbed.core.attacks import malicious_clients
 from flowerbed.core.checkpoints import Checkpoints
 from flowerbed.core.messages import Payload
 from flowerbed.core.records import CLIENTS_FILE, STATE_DIR_NAME, Recorder
@@ -35,6 +36,8 @@ def client_table(ctx: ServerContext) -> list[dict[str, Any]]:
     data = ctx.data
     meta = data.dataset.meta
     dropped = dropped_rows(meta)
+    attack = ctx.scenario.clients.attack
+    malicious = set(malicious_clients(attack, ctx.scenario.num_clients, ctx.scenario.seed))
     rows = []
     for pid in range(ctx.scenario.num_clients):
         client = data.client(pid)
@@ -51,6 +54,8 @@ def client_table(ctx: ServerContext) -> list[dict[str, Any]]:
             row["columns"] = client.columns.tolist()
         if dropped is not None:  # a user table: how many of its rows ``missing:`` dropped
             row["dataset_dropped_rows"] = dropped
+        if registry.name_of(attack) != "none":  # ``clients.attack``: who attacks
+            row["malicious"] = pid in malicious
         rows.append(row)
     return rows
 
