@@ -76,3 +76,28 @@ def test_every_scenario_file_validates():
         if "sweep" in data:
             continue  # sweep files are validated point by point in test_sweep
         load_scenario(path)
+
+
+def test_a_tagged_union_outside_the_registry_gets_one_line_not_a_key_error():
+    """A nested discriminated union (not a registry kind) names its tags instead of crashing."""
+    from typing import Annotated, Literal, Union
+
+    from pydantic import BaseModel, Field, ValidationError
+
+    from flowerbed.core.scenario import _message
+
+    class A(BaseModel):
+        name: Literal["a"] = "a"
+
+    class B(BaseModel):
+        name: Literal["b"] = "b"
+
+    class M(BaseModel):
+        u: Annotated[Union[A, B], Field(discriminator="name")]  # noqa: UP007
+
+    lines = []
+    for data in ({"u": {"name": "c"}}, {"u": {}}):
+        with pytest.raises(ValidationError) as err:
+            M.model_validate(data)
+        lines.append(_message(err.value.errors()[0], M, data))
+    assert lines == ["u.name: unknown 'c'; known: 'a', 'b'", "u.name: required field is missing"]

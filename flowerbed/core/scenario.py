@@ -340,6 +340,12 @@ def _message(err: dict[str, Any], model: type[Any], data: Any) -> str:
     # A single registered component is a plain model, not a union: its bad
     # name arrives as a literal error on ``name`` instead of a tag error.
     single_name = etype == "literal_error" and kind and loc[-1] == "name"
+    if etype in ("union_tag_invalid", "union_tag_not_found") and not kind:
+        # A tagged union that is not a registry kind: pydantic lists its tags.
+        if etype == "union_tag_not_found":
+            return f"{path}.name: required field is missing"
+        expected = str(err["ctx"].get("expected_tags", ""))
+        return f"{path}.name: unknown {err['ctx']['tag']!r}; known: {expected}"
     if etype == "union_tag_invalid" or single_name:
         tag = err["ctx"]["tag"] if etype == "union_tag_invalid" else err["input"]
         if single_name:
