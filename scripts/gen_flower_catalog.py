@@ -30,6 +30,13 @@ NAMES = {
     "fedmedian": "FedMedian",
     "fedtrimmedavg": "FedTrimmedAvg",
 }
+#: registry name -> Flower class, for the differential-privacy wrappers (an inner strategy).
+WRAPPERS = {
+    "dp_server_fixed": "DifferentialPrivacyServerSideFixedClipping",
+    "dp_server_adaptive": "DifferentialPrivacyServerSideAdaptiveClipping",
+    "dp_client_fixed": "DifferentialPrivacyClientSideFixedClipping",
+    "dp_client_adaptive": "DifferentialPrivacyClientSideAdaptiveClipping",
+}
 OUT = Path(__file__).resolve().parents[1] / "flowerbed" / "strategies" / "flower_catalog.py"
 
 
@@ -45,7 +52,7 @@ def type_name(annotation: Any) -> str:
 def parameters(cls: type) -> list[tuple[str, str, Any]]:
     """``(name, type, default)`` of every constructor parameter; ``REQUIRED`` when none."""
     rows = []
-    for p in inspect.signature(cls.__init__).parameters.values():
+    for p in inspect.signature(cls.__init__).parameters.values():  # type: ignore[misc]
         if p.name == "self":
             continue
         default = "REQUIRED" if p.default is inspect.Parameter.empty else p.default
@@ -53,11 +60,35 @@ def parameters(cls: type) -> list[tuple[str, str, Any]]:
     return rows
 
 
+def mean_aggregating() -> list[str]:
+    """Names whose Flower class aggregates with ``FedAvg.aggregate_train`` itself."""
+    return [
+        name
+        for name, cls_name in NAMES.items()
+        if getattr(flower, cls_name).aggregate_train is flower.FedAvg.aggregate_train
+    ]
+
+
+def table(names: dict[str, str]) -> list[str]:
+    """The lines of one ``name -> (class, parameters)`` dict literal's entries."""
+    lines = []
+    for name, cls_name in names.items():
+        lines.append(f"    {name!r}: (")
+        lines.append(f"        {cls_name!r},")
+        lines.append("        (")
+        for pname, ptype, default in parameters(getattr(flower, cls_name)):
+            value = "REQUIRED" if default == "REQUIRED" else repr(default)
+            lines.append(f"            ({pname!r}, {ptype!r}, {value}),")
+        lines.append("        ),")
+        lines.append("    ),")
+    return lines
+
+
 def render() -> str:
     """The catalog module's source."""
     lines = [
         f'"""Constructors of Flower {flwr.__version__} message-API strategies '
-        '(generated; do not edit).',
+        "(generated; do not edit).",
         "",
         "Written by ``scripts/gen_flower_catalog.py`` from ``inspect.signature``;",
         "``tests/test_flower_strategies.py`` checks it against the installed Flower.",
@@ -74,16 +105,18 @@ def render() -> str:
         "#: registry name -> (Flower class, ((parameter, type, default), ...)).",
         "STRATEGIES: dict[str, tuple[str, tuple[tuple[str, str, object], ...]]] = {",
     ]
-    for name, cls_name in NAMES.items():
-        lines.append(f"    {name!r}: (")
-        lines.append(f"        {cls_name!r},")
-        lines.append("        (")
-        for pname, ptype, default in parameters(getattr(flower, cls_name)):
-            value = "REQUIRED" if default == "REQUIRED" else repr(default)
-            lines.append(f"            ({pname!r}, {ptype!r}, {value}),")
-        lines.append("        ),")
-        lines.append("    ),")
+    lines += table(NAMES)
     lines.append("}")
+    lines += [
+        "#: The differential-privacy wrappers, same layout (their first parameter is the",
+        "#: inner strategy).",
+        "WRAPPERS: dict[str, tuple[str, tuple[tuple[str, str, object], ...]]] = {",
+        *table(WRAPPERS),
+        "}",
+        "#: Strategies whose Flower class aggregates with ``FedAvg.aggregate_train`` itself",
+        "#: (a plain weighted mean of the replies).",
+        f"MEAN_AGGREGATING = {tuple(mean_aggregating())!r}",
+    ]
     return "\n".join(lines).replace("'", '"') + "\n"
 
 

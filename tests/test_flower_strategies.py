@@ -23,7 +23,7 @@ from flowerbed.core.messages import Payload
 from flowerbed.core.scenario import ScenarioError, validate_scenario
 from flowerbed.data.federated import federated_data
 from flowerbed.strategies import flower_strategies as fs
-from flowerbed.strategies.flower_catalog import REQUIRED, STRATEGIES
+from flowerbed.strategies.flower_catalog import REQUIRED, STRATEGIES, WRAPPERS
 from flowerbed.strategies.flower_fedavg import seeded_strategy
 
 #: Every Flower strategy flowerbed runs through the generic driver, with the
@@ -75,7 +75,7 @@ def test_catalog_equals_flowers_constructor_signatures():
 
 
 def test_every_flower_strategy_is_runnable_or_listed_as_unsupported_with_a_reason():
-    covered = {cls for cls, _ in STRATEGIES.values()}
+    covered = {cls for cls, _ in (*STRATEGIES.values(), *WRAPPERS.values())}  # DP: test_flower_dp
     reasons = " ".join(fs.UNSUPPORTED.values())
     for cls_name in set(flower.__all__) - NOT_STRATEGIES:
         assert cls_name in covered or cls_name in reasons, cls_name

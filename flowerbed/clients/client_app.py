@@ -20,6 +20,7 @@ from flwr.app.metadata import validate_message_type
 from flwr.clientapp import ClientApp
 
 from flowerbed.clients import attacks
+from flowerbed.clients.dp_mods import with_dp_mods
 from flowerbed.clients.learner import Learner, TaskContext, client_seed
 from flowerbed.clients.state import remove_client
 from flowerbed.core import keys, registry
@@ -233,7 +234,8 @@ class GenericClientApp(ClientApp):
         if not validate_message_type(message_type):
             raise ValueError(f"Invalid message type: {message_type}")
         with self._lifespan(context):
-            return handle(message, context)
+            # Client-side DP strategies: Flower's clipping mod around train messages.
+            return with_dp_mods(message, context, handle)
 
 
 def build_client_app() -> ClientApp:

@@ -73,11 +73,14 @@ def run_flower(
     ctx: ServerContext,
     flower_class: str,
     kwargs: dict[str, Any],
+    wrap: Callable[[SeededFedAvg], Any] | None = None,
 ) -> dict[str, float]:
     """Run one of Flower's strategies (``flwr.serverapp.strategy.<flower_class>``), seeded.
 
     ``kwargs`` go to its constructor, besides ``min_available_nodes`` (every
-    client). Cohorts come from the scenario seed, replies are aggregated in
+    client); ``wrap``, when given, wraps the seeded strategy (a DP wrapper,
+    :mod:`flowerbed.strategies.flower_dp`) and the wrapper runs instead.
+    Cohorts come from the scenario seed, replies are aggregated in
     partition-id order and every round's metrics are recorded; the server
     evaluates the global model on the test split. Returns the last test metrics.
     """
@@ -98,6 +101,8 @@ def run_flower(
     strategy = seeded_strategy(flower_class)(
         scenario.seed, view, ctx, min_available_nodes=n, **kwargs
     )
+    if wrap is not None:
+        strategy = wrap(strategy)
     final: dict[str, float] = {}
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:

@@ -220,3 +220,54 @@ STRATEGIES: dict[str, tuple[str, tuple[tuple[str, str, object], ...]]] = {
         ),
     ),
 }
+#: The differential-privacy wrappers, same layout (their first parameter is the
+#: inner strategy).
+WRAPPERS: dict[str, tuple[str, tuple[tuple[str, str, object], ...]]] = {
+    "dp_server_fixed": (
+        "DifferentialPrivacyServerSideFixedClipping",
+        (
+            ("strategy", "flwr.serverapp.strategy.strategy.Strategy", REQUIRED),
+            ("noise_multiplier", "float", REQUIRED),
+            ("clipping_norm", "float", REQUIRED),
+            ("num_sampled_clients", "int", REQUIRED),
+            ("accountant", "flwr.supercore.privacy_accounting.PrivacyAccountant | None", None),
+        ),
+    ),
+    "dp_server_adaptive": (
+        "DifferentialPrivacyServerSideAdaptiveClipping",
+        (
+            ("strategy", "flwr.serverapp.strategy.strategy.Strategy", REQUIRED),
+            ("noise_multiplier", "float", REQUIRED),
+            ("num_sampled_clients", "int", REQUIRED),
+            ("initial_clipping_norm", "float", 0.1),
+            ("target_clipped_quantile", "float", 0.5),
+            ("clip_norm_lr", "float", 0.2),
+            ("clipped_count_stddev", "float | None", None),
+        ),
+    ),
+    "dp_client_fixed": (
+        "DifferentialPrivacyClientSideFixedClipping",
+        (
+            ("strategy", "flwr.serverapp.strategy.strategy.Strategy", REQUIRED),
+            ("noise_multiplier", "float", REQUIRED),
+            ("clipping_norm", "float", REQUIRED),
+            ("num_sampled_clients", "int", REQUIRED),
+            ("accountant", "flwr.supercore.privacy_accounting.PrivacyAccountant | None", None),
+        ),
+    ),
+    "dp_client_adaptive": (
+        "DifferentialPrivacyClientSideAdaptiveClipping",
+        (
+            ("strategy", "flwr.serverapp.strategy.strategy.Strategy", REQUIRED),
+            ("noise_multiplier", "float", REQUIRED),
+            ("num_sampled_clients", "int", REQUIRED),
+            ("initial_clipping_norm", "float", 0.1),
+            ("target_clipped_quantile", "float", 0.5),
+            ("clip_norm_lr", "float", 0.2),
+            ("clipped_count_stddev", "float | None", None),
+        ),
+    ),
+}
+#: Strategies whose Flower class aggregates with ``FedAvg.aggregate_train`` itself
+#: (a plain weighted mean of the replies).
+MEAN_AGGREGATING = ("fedavg", "fedprox")

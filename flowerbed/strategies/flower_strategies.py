@@ -64,16 +64,6 @@ UNSUPPORTED = {
     "learner and a tabular scenario (and xgboost), which flowerbed does not have yet",
     "fedxgb_cyclic": "Flower's FedXgbCyclic passes an XGBoost booster round-robin: it needs "
     "a tree learner and a tabular scenario (and xgboost), which flowerbed does not have yet",
-    **{
-        name: f"Flower's {cls} (a DP wrapper) is not run yet: ε accounting and the "
-        "client clipping mods are the next part of issue #35"
-        for name, cls in (
-            ("dp_server_fixed", "DifferentialPrivacyServerSideFixedClipping"),
-            ("dp_server_adaptive", "DifferentialPrivacyServerSideAdaptiveClipping"),
-            ("dp_client_fixed", "DifferentialPrivacyClientSideFixedClipping"),
-            ("dp_client_adaptive", "DifferentialPrivacyClientSideAdaptiveClipping"),
-        )
-    },
 }
 
 
@@ -110,6 +100,20 @@ def strategy_params(name: str) -> type[Params]:
     return model
 
 
+def flower_kwargs(params: Params) -> tuple[str, dict[str, Any]]:
+    """The Flower class and constructor arguments of a Flower strategy's params.
+
+    ``params`` is a :func:`strategy_params` model with a ``name``; what the
+    platform sets (:data:`PLATFORM_SET`) is added where the class accepts it.
+    """
+    name = registry.name_of(params)
+    cls_name, table = STRATEGIES[name]
+    kwargs = params.model_dump(exclude={"name"})
+    accepted = {p for p, _, _ in table}
+    kwargs.update({k: v for k, v in PLATFORM_SET.items() if k in accepted and v is not None})
+    return cls_name, kwargs
+
+
 class FlowerStrategy(Strategy):
     """Runs the Flower strategy :attr:`flower_class` with the scenario's parameters."""
 
@@ -120,10 +124,7 @@ class FlowerStrategy(Strategy):
         """Run ``scenario.rounds`` rounds of the strategy; return server-side test metrics."""
         from flowerbed.strategies.fedavg import run_flower
 
-        name = registry.name_of(self.params)
-        kwargs = self.params.model_dump(exclude={"name"})
-        accepted = {p for p, _, _ in STRATEGIES[name][1]}
-        kwargs.update({k: v for k, v in PLATFORM_SET.items() if k in accepted and v is not None})
+        _, kwargs = flower_kwargs(self.params)
         return run_flower(self.scenario, fed, ctx, self.flower_class, kwargs)
 
 
@@ -175,7 +176,3 @@ register("strategy", "fedtrimmedavg", requires=_NEEDS)(
 )
 register_hint("strategy", "fedxgb_bagging", UNSUPPORTED["fedxgb_bagging"])
 register_hint("strategy", "fedxgb_cyclic", UNSUPPORTED["fedxgb_cyclic"])
-register_hint("strategy", "dp_server_fixed", UNSUPPORTED["dp_server_fixed"])
-register_hint("strategy", "dp_server_adaptive", UNSUPPORTED["dp_server_adaptive"])
-register_hint("strategy", "dp_client_fixed", UNSUPPORTED["dp_client_fixed"])
-register_hint("strategy", "dp_client_adaptive", UNSUPPORTED["dp_client_adaptive"])
