@@ -316,10 +316,14 @@ def test_fedspa_with_client_state_resumes_to_the_uninterrupted_numbers(tmp_path)
 @pytest.mark.parametrize(
     ("strategy", "learner"),
     [({"name": "scaffold"}, "sgd_drift"), ({"name": "feddyn", "alpha": 0.1}, "sgd_drift"),
-     ({"name": "ditto", "lam": 1.0}, "personal_sgd")],
+     ({"name": "ditto", "lam": 1.0}, "personal_sgd"),
+     ({"name": "dp_server_adaptive", "noise_multiplier": 0.3, "num_sampled_clients": 4}, "sgd"),
+     ({"name": "dp_client_fixed", "noise_multiplier": 0.5, "clipping_norm": 1.0,
+       "num_sampled_clients": 4, "inner": {"name": "fedadam"}, "delta": None}, "sgd")],
 )
 def test_strategies_with_their_own_state_resume_exactly(tmp_path, strategy, learner):
-    """SCAFFOLD's ``c``/``c_i``, FedDyn's ``h``, Ditto's personal models survive a stop."""
+    """SCAFFOLD's ``c``/``c_i``, FedDyn's ``h``, Ditto's personal models, a DP wrapper's
+    adaptive clipping norm and its inner FedAdam's moments survive a stop."""
     from flowerbed.core import checkpoints
     from flowerbed.platform.runner import RunError, resume
 

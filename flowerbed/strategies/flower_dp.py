@@ -157,6 +157,7 @@ class DPStrategy(Strategy):
     """Runs Flower's DP wrapper :attr:`flower_class` around the ``inner`` strategy."""
 
     flower_class: ClassVar[str] = "DifferentialPrivacyServerSideFixedClipping"
+    checkpointing = True  # the wrapper, its inner strategy and the accountant (SeededDP)
 
     def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
         """Run ``scenario.rounds`` rounds; return server-side test metrics."""

@@ -26,7 +26,7 @@ from flwr.supercore.privacy_accounting import (
 
 from flowerbed.algorithms.dp_accounting import GaussianAccountant
 from flowerbed.core.seeds import derive_seed
-from flowerbed.strategies.flower_fedavg import SeededFedAvg
+from flowerbed.strategies.flower_fedavg import SeededFedAvg, from_state, to_state
 
 #: Row phase of the per-round privacy metrics (``privacy/rdp/epsilon``, ...).
 PHASE = "privacy"
@@ -131,6 +131,33 @@ class SeededDP(Strategy):
     noise_multiplier: float
     num_sampled_clients: int
     accountant: RdpAccountant | None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The inner strategy's state, the wrapper's own (the adaptive clipping norm), ε so far.
+
+        As ``SeededFedAvg.state_dict``: every non-callable attribute Flower's
+        wrapper holds, so nothing it carries from one round to the next is lost.
+        """
+        own = {
+            k: v for k, v in vars(self).items()
+            if k not in ("strategy", "accountant") and not callable(v)
+        }  # fmt: skip
+        state: dict[str, Any] = {"inner": self.strategy.state_dict(), "own": to_state(own)}
+        if getattr(self, "accountant", None) is not None:
+            state["accountant"] = self.accountant.state_dict()  # type: ignore[union-attr]
+        if PHASE in self.strategy.ctx.extra_results:
+            state["privacy"] = dict(self.strategy.ctx.extra_results[PHASE])
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`state_dict` returned."""
+        self.strategy.load_state_dict(state["inner"])
+        for k, v in state["own"].items():
+            setattr(self, k, from_state(v))
+        if "accountant" in state:
+            self.accountant.load_state_dict(state["accountant"])  # type: ignore[union-attr]
+        if "privacy" in state:
+            self.strategy.ctx.extra_results[PHASE] = dict(state["privacy"])
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]

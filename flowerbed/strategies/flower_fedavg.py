@@ -112,7 +112,7 @@ class SeededFedAvg(FedAvg):
         aggregation functions) are configuration, rebuilt with the strategy.
         """
         return {
-            k: _to_state(v)
+            k: to_state(v)
             for k, v in vars(self).items()
             if k not in _NOT_STATE and not callable(v)
         }
@@ -120,7 +120,7 @@ class SeededFedAvg(FedAvg):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Put back what :meth:`state_dict` returned."""
         for k, v in state.items():
-            setattr(self, k, _from_state(v))
+            setattr(self, k, from_state(v))
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -250,25 +250,25 @@ def seeded_strategy(flower_class: str) -> type[SeededFedAvg]:
 _RECORD = "__arrayrecord__"
 
 
-def _to_state(value: Any) -> Any:
+def to_state(value: Any) -> Any:
     """``value`` with Flower's ``ArrayRecord``s as ``{"__arrayrecord__": {name: array}}``."""
     if isinstance(value, ArrayRecord):
         return {_RECORD: Payload.from_record_arrays(value)}
     if isinstance(value, dict):
-        return {k: _to_state(v) for k, v in value.items()}
+        return {k: to_state(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_to_state(v) for v in value]
+        return [to_state(v) for v in value]
     return value
 
 
-def _from_state(value: Any) -> Any:
-    """The inverse of :func:`_to_state`."""
+def from_state(value: Any) -> Any:
+    """The inverse of :func:`to_state`."""
     if isinstance(value, dict):
         if set(value) == {_RECORD}:
             return Payload(arrays=dict(value[_RECORD])).to_array_record()
-        return {k: _from_state(v) for k, v in value.items()}
+        return {k: from_state(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_from_state(v) for v in value]
+        return [from_state(v) for v in value]
     return value
 
 
