@@ -75,7 +75,11 @@ def test_catalog_equals_flowers_constructor_signatures():
 
 
 def test_every_flower_strategy_is_runnable_or_listed_as_unsupported_with_a_reason():
+    from flowerbed.strategies import flower_xgb
+
     covered = {cls for cls, _ in (*STRATEGIES.values(), *WRAPPERS.values())}  # DP: test_flower_dp
+    covered |= {flower_xgb.FedXgbBaggingStrategy.flower_class,
+                flower_xgb.FedXgbCyclicStrategy.flower_class}
     reasons = " ".join(fs.UNSUPPORTED.values())
     for cls_name in set(flower.__all__) - NOT_STRATEGIES:
         assert cls_name in covered or cls_name in reasons, cls_name

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from pydantic import Field, create_model
 
 from flowerbed.core import keys, registry
-from flowerbed.core.registry import SUPERVISED, Params, register, register_hint
+from flowerbed.core.registry import SUPERVISED, Params, register
 from flowerbed.strategies.base import ServerContext, Strategy
 from flowerbed.strategies.federation import Federation
 from flowerbed.strategies.flower_catalog import FLOWER_VERSION, REQUIRED, STRATEGIES
@@ -58,13 +58,9 @@ _FIELDS: dict[str, dict[str, Any]] = {
     "num_nodes_to_select": {"ge": 1, "description": "updates averaged after scoring (m)"},
     "beta": {"ge": 0, "lt": 0.5, "description": "share trimmed at each end, per coordinate"},
 }  # fmt: skip
-#: Names Flower has that flowerbed does not run, with the reason.
-UNSUPPORTED = {
-    "fedxgb_bagging": "Flower's FedXgbBagging aggregates XGBoost boosters: it needs a tree "
-    "learner and a tabular scenario (and xgboost), which flowerbed does not have yet",
-    "fedxgb_cyclic": "Flower's FedXgbCyclic passes an XGBoost booster round-robin: it needs "
-    "a tree learner and a tabular scenario (and xgboost), which flowerbed does not have yet",
-}
+#: Names Flower has that flowerbed does not run, with the reason (none at present:
+#: the XGBoost pair runs in :mod:`flowerbed.strategies.flower_xgb`).
+UNSUPPORTED: dict[str, str] = {}
 
 
 class FlowerParams(Params):
@@ -174,5 +170,3 @@ register("strategy", "fedmedian", requires=_NEEDS)(
 register("strategy", "fedtrimmedavg", requires=_NEEDS)(
     _driver("fedtrimmedavg", "FedTrimmedAvg (Yin et al., 2018): coordinate-wise trimmed mean")
 )
-register_hint("strategy", "fedxgb_bagging", UNSUPPORTED["fedxgb_bagging"])
-register_hint("strategy", "fedxgb_cyclic", UNSUPPORTED["fedxgb_cyclic"])
