@@ -319,16 +319,20 @@ def test_fedspa_with_client_state_resumes_to_the_uninterrupted_numbers(tmp_path)
      ({"name": "ditto", "lam": 1.0}, "personal_sgd"),
      ({"name": "dp_server_adaptive", "noise_multiplier": 0.3, "num_sampled_clients": 4}, "sgd"),
      ({"name": "dp_client_fixed", "noise_multiplier": 0.5, "clipping_norm": 1.0,
-       "num_sampled_clients": 4, "inner": {"name": "fedadam"}, "delta": None}, "sgd")],
+       "num_sampled_clients": 4, "inner": {"name": "fedadam"}, "delta": None}, "sgd"),
+     ({"name": "fedxgb_cyclic"}, "xgboost"), ({"name": "fedxgb_bagging"}, "xgboost")],
 )
 def test_strategies_with_their_own_state_resume_exactly(tmp_path, strategy, learner):
     """SCAFFOLD's ``c``/``c_i``, FedDyn's ``h``, Ditto's personal models, a DP wrapper's
-    adaptive clipping norm and its inner FedAdam's moments survive a stop."""
+    adaptive clipping norm and its inner FedAdam's moments, the XGBoost boosters survive a stop."""
     from flowerbed.core import checkpoints
     from flowerbed.platform.runner import RunError, resume
 
+    sgd = {"lr": 0.05, "batch_size": 32}
     scenario = {**FEDADAM, "rounds": 4, "strategy": strategy,
-                "learner": {"name": learner, "lr": 0.05, "batch_size": 32}}
+                "learner": {"name": learner, **({} if learner == "xgboost" else sgd)}}
+    if learner == "xgboost":  # trees: a tabular two-class task, no torch model
+        scenario.update(dataset={"name": "breast_cancer"}, model=None, partition={"name": "iid"})
     reference = flowerbed.run(scenario, save=False)
     original = checkpoints.Checkpoints.save
 

@@ -241,3 +241,18 @@ def test_bagging_refuses_more_than_two_classes():
         save=False,
     )
     assert cyclic.final("federated")["test/accuracy"] > 0.5
+
+
+def test_label_skew_leaves_client_metrics_aggregatable(tmp_path):
+    """A client holding one class has no AUC: client replies leave it out, the server keeps it."""
+    import flowerbed
+
+    scenario = {
+        "name": "xgb_skew", "seed": 3, "num_clients": 4, "rounds": 2,
+        "dataset": {"name": "breast_cancer"}, "partition": {"name": "dirichlet", "alpha": 0.1},
+        "learner": {"name": "xgboost"}, "strategy": {"name": "fedxgb_bagging"},
+        "engine": "inline",
+    }
+    result = flowerbed.run(scenario, save=False)
+    assert "test/auc" in result.final()
+    assert not [r for r in result.rows if r.get("failed", 0)]

@@ -121,8 +121,14 @@ def predict(booster: xgboost.Booster, x: np.ndarray, nthread: int = 1) -> np.nda
     return np.asarray(booster.predict(_xgb().DMatrix(x, nthread=nthread)))
 
 
-def metrics_of(pred: np.ndarray, y: np.ndarray, meta: DatasetMeta) -> dict[str, float]:
-    """``loss`` (log loss / MSE) and ``accuracy`` (+ ``auc`` for two classes) or ``r2``."""
+def metrics_of(
+    pred: np.ndarray, y: np.ndarray, meta: DatasetMeta, auc: bool = True
+) -> dict[str, float]:
+    """``loss`` (log loss / MSE) and ``accuracy`` (+ ``auc`` for two classes) or ``r2``.
+
+    ``auc=False`` leaves AUC out: a client whose rows hold one class has none,
+    and Flower aggregates client metrics only when every reply has the same keys.
+    """
     from sklearn import metrics
 
     if meta.task == "regression":
@@ -137,7 +143,7 @@ def metrics_of(pred: np.ndarray, y: np.ndarray, meta: DatasetMeta) -> dict[str, 
         "loss": float(metrics.log_loss(y, proba, labels=labels)),
         "accuracy": float(np.mean(proba.argmax(axis=1) == y)),
     }
-    if pred.ndim == 1 and len(np.unique(y)) == 2:
+    if auc and pred.ndim == 1 and len(np.unique(y)) == 2:
         out["auc"] = float(metrics.roc_auc_score(y, pred))
     return out
 
@@ -216,6 +222,16 @@ class XGBoostLearner(SupervisedLearner):
             return {}
         return metrics_of(predict(booster, x, self.threads()), np.asarray(y), meta)
 
+    def evaluate(self, data: ClientData, payload: Payload, ctx: TaskContext) -> Payload:
+        """Loss and accuracy of the received booster on the client's held-out split (no AUC)."""
+        del ctx
+        booster = load_booster(payload.arrays, self.booster_params(data.meta, 0))
+        if len(data.y_test) == 0 or booster is None:
+            return Payload(num_examples=0)
+        pred = predict(booster, data.x_test, self.threads())
+        metrics = metrics_of(pred, np.asarray(data.y_test), data.meta, auc=False)
+        return Payload(metrics=metrics, num_examples=len(data.y_test))
+
     def reply(self) -> str:
         """What a ``train`` reply carries: the strategy's ``booster_reply``, else the model."""
         return str(getattr(self.scenario.strategy, "booster_reply", MODEL))
@@ -227,7 +243,8 @@ class XGBoostLearner(SupervisedLearner):
             self.epochs_per_round(),
         )  # fmt: skip
         y = np.asarray(data.y_train)
-        metrics = metrics_of(predict(booster, data.x_train, self.threads()), y, data.meta)
+        pred = predict(booster, data.x_train, self.threads())
+        metrics = metrics_of(pred, y, data.meta, auc=False)
         if self.reply() == NEW_TREES:
             booster = booster[before : booster.num_boosted_rounds()]
         return Payload(arrays=booster_arrays(booster), metrics=metrics, num_examples=data.num_train)

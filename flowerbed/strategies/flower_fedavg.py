@@ -248,14 +248,25 @@ def seeded_strategy(flower_class: str) -> type[SeededFedAvg]:
 
 
 _RECORD = "__arrayrecord__"
+_BYTES = "__bytes__"
+_ITEMS = "__items__"
 
 
 def to_state(value: Any) -> Any:
-    """``value`` with Flower's ``ArrayRecord``s as ``{"__arrayrecord__": {name: array}}``."""
+    """``value`` with Flower's ``ArrayRecord``s as ``{"__arrayrecord__": {name: array}}``.
+
+    Bytes (a serialised XGBoost booster) become ``{"__bytes__": uint8 array}``,
+    a dict with keys other than strings ``{"__items__": [[key, value], ...]}``.
+    """
     if isinstance(value, ArrayRecord):
         return {_RECORD: Payload.from_record_arrays(value)}
+    if isinstance(value, (bytes, bytearray)):
+        return {_BYTES: np.frombuffer(bytes(value), dtype=np.uint8).copy()}
     if isinstance(value, dict):
-        return {k: to_state(v) for k, v in value.items()}
+        if all(isinstance(k, str) for k in value):
+            return {k: to_state(v) for k, v in value.items()}
+        # Keys such as FedXgbCyclic's node ids: kept as (key, value) pairs.
+        return {_ITEMS: [[k, to_state(v)] for k, v in value.items()]}
     if isinstance(value, (list, tuple)):
         return [to_state(v) for v in value]
     return value
@@ -266,6 +277,10 @@ def from_state(value: Any) -> Any:
     if isinstance(value, dict):
         if set(value) == {_RECORD}:
             return Payload(arrays=dict(value[_RECORD])).to_array_record()
+        if set(value) == {_BYTES}:
+            return np.asarray(value[_BYTES], dtype=np.uint8).tobytes()
+        if set(value) == {_ITEMS}:
+            return {k: from_state(v) for k, v in value[_ITEMS]}
         return {k: from_state(v) for k, v in value.items()}
     if isinstance(value, list):
         return [from_state(v) for v in value]

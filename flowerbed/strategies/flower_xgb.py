@@ -128,6 +128,7 @@ class FedXgbStrategy(Strategy):
     """Runs Flower's :attr:`flower_class` on boosters from learner ``xgboost``."""
 
     flower_class: ClassVar[str] = "FedXgbBagging"
+    checkpointing = True  # Flower's strategy state, the global booster's bytes included
 
     def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
         """Run ``scenario.rounds`` rounds; return the global booster's test metrics."""
