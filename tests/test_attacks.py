@@ -310,3 +310,15 @@ def test_attacks_give_the_same_numbers_inline_and_in_simulation(tmp_path: Path):
         )
         assert point.summary is not None
         assert point.summary["results"] == inline.summary["results"], attack["name"]
+
+
+def test_an_attack_name_of_the_wrong_type_is_one_line():
+    """Found by tests/test_input_fuzz.py: a list as the name raised TypeError (unhashable)."""
+    from flowerbed.core.scenario import ScenarioError
+
+    data = tiny_scenario(clients={"attack": {"name": [1, 2], "fraction": 0.2}})
+    with pytest.raises(ScenarioError) as err:
+        validate_scenario(data)
+    assert err.value.problems == [
+        "clients.attack: unknown attack [1, 2]; known: none, label_flip, sign_flip, gaussian, alie"
+    ]

@@ -102,7 +102,7 @@ def _check_block(value: Any) -> Any:
             "attack_name", f"no attack name; known: {', '.join(ATTACK_NAMES)}"
         )
     name = value["name"]
-    if name not in _ATTACKS:
+    if not isinstance(name, str) or name not in _ATTACKS:
         close = difflib.get_close_matches(str(name), ATTACK_NAMES, n=1)
         mean = f" (did you mean {close[0]!r}?)" if close else ""
         raise PydanticCustomError(

@@ -139,9 +139,15 @@ def drive(
     loads them and continues with the next round. ``config`` goes with every
     train and evaluate message (Flower's ``train_config`` / ``evaluate_config``).
     """
+    from logging import INFO
+
     from flwr.app import ConfigRecord
+    from flwr.common.logger import log
 
     scenario, checkpoints = ctx.scenario, ctx.checkpoints
+    # Flower's own log lines of ``Strategy.start`` (shown with ``--verbose``).
+    log(INFO, "Starting %s strategy:", type(strategy).__name__)
+    strategy.summary()
     timeout = scenario.federation.timeout
     arrays, start = initial, 0
     restored = checkpoints.restore() if checkpoints is not None else None
@@ -155,6 +161,7 @@ def drive(
         ctx.recorder.event("resumed", round=start)
     train_config = evaluate_config = ConfigRecord() if config is None else config
     for r in range(start + 1, scenario.rounds + 1):
+        log(INFO, "[ROUND %s/%s]", r, scenario.rounds)
         replies = grid.send_and_receive(
             strategy.configure_train(r, arrays, train_config, grid), timeout=timeout
         )
