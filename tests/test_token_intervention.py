@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import math
 from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -201,7 +202,7 @@ def _tiny(seed: int, scale: float = 60.0):
 
     lm = build_tiny(TinyLmParams(arch="gpt2", hidden=16, layers=1, heads=2, seed=seed))
     with torch.no_grad():  # peaked distributions: no near-ties between argmaxes
-        lm.module.transformer.wte.weight.mul_(scale)
+        cast(Any, lm.module).transformer.wte.weight.mul_(scale)
     return lm
 
 
@@ -308,7 +309,7 @@ def test_split_session_survives_json_between_messages(pair):
     base, reasoner = pair
     trig = dec.Trigger("js", tau=0.3, budget=3)
     session = sp.new_session(PROMPTS, 5, 10)
-    server, answers = sp.ReasonerServer(reasoner), {}
+    server, answers = sp.ReasonerServer(reasoner), cast(dict[Any, Any], {})
     while True:
         session = sp.Session.from_json(__import__("json").loads(
             __import__("json").dumps(session.to_json())))
@@ -375,3 +376,149 @@ def test_federated_split_reports_traffic_consistent_with_its_protocol():
     # js with budget 2: p_R (259 floats) at every step until the budget is spent
     assert fed["test/js/bytes_down_per_response"] == 4 * 259 * fed["test/js/calls_per_response"]
     assert fed["test/js/calls_per_response"] >= 2
+
+
+# --- the carry pair (llm_feasibility.md §5) --------------------------------------------------
+
+
+def _true_carry_into(a: int, b: int, col: int) -> bool:
+    """Reference: column ``col`` (0 = ones) takes a carry iff the lower parts overflow."""
+    m = 10**col
+    return (a % m) + (b % m) >= m
+
+
+def _columns(trace: str) -> tuple[list[tuple[int, int, bool, int]], str]:
+    """``(x, y, carry taken, written sum)`` per column and the answer, parsed by hand."""
+    work, answer = trace.split("|")
+    cols = []
+    for col in work.split(","):
+        lhs, s = col.split("=")
+        terms = lhs.split("+")
+        cols.append((int(terms[0]), int(terms[1]), len(terms) == 3 and terms[2] == "1", int(s)))
+    return cols, answer
+
+
+def test_carry_traces_by_hand():
+    from flowerbed.models import token_intervention_pair as tp
+
+    assert tp.carry_prompt(687, 646) == "687+646="
+    assert tp.carry_trace(687, 646) == "7+6=13,8+4+1=13,6+6+1=13|1333"  # the spec's example
+    assert tp.carry_trace(123, 456) == "3+6=9,2+5=7,1+4=5|579"
+    assert tp.carry_trace(950, 150) == "0+0=0,5+5=10,9+1+1=11|1100"
+    # a base trace with wrong carry choices, executed consistently: 687 + 646 with
+    # column 2 taking none (8+4=12) and column 3 taking one (6+6+1=13) -> 13|2|3
+    assert tp.carry_trace(687, 646, (False, True)) == "7+6=13,8+4=12,6+6+1=13|1323"
+    assert tp.carry_trace(123, 456, (True, True)) == "3+6=9,2+5+1=8,1+4+1=6|689"
+    assert tp.carry_answer("7+6=13|12|1333") == "1333"
+    assert tp.carry_answer("7+6=13") is None
+    assert tp.carry_correct("junk|1333", tp.carry_trace(687, 646))
+    assert not tp.carry_correct("7+6=13,8+4=12,6+6+1=13|1323", tp.carry_trace(687, 646))
+
+
+def test_carry_correct_traces_carry_right_and_answer_the_sum():
+    from flowerbed.models import token_intervention_pair as tp
+
+    gen = np.random.default_rng(3)
+    prompts, refs = tp.carry_problems(300, gen)
+    for prompt, ref in zip(prompts, refs, strict=True):
+        a, b = (int(x) for x in prompt.rstrip("=").split("+"))
+        assert 100 <= a <= 999 and 100 <= b <= 999
+        cols, answer = _columns(ref)
+        assert answer == str(a + b)
+        for i, (x, y, c, s) in enumerate(cols):
+            assert (x, y) == (a // 10**i % 10, b // 10**i % 10)
+            assert c == (i > 0 and _true_carry_into(a, b, i))
+            assert s == x + y + c
+
+
+def test_carry_base_traces_flip_carries_and_execute_them_consistently():
+    from flowerbed.models import token_intervention_pair as tp
+
+    p = tp.TiPairPretrainParams(task="carry")
+    gen = np.random.default_rng(4)
+    texts = tp.training_texts(p, "base", 400, gen)
+    choices, right = [], 0
+    for prompt, trace in texts:
+        a, b = (int(x) for x in prompt.rstrip("=").split("+"))
+        cols, answer = _columns(trace)
+        for i, (x, y, c, s) in enumerate(cols):
+            assert (x, y) == (a // 10**i % 10, b // 10**i % 10)
+            assert s == x + y + c  # execution follows the chosen carry
+        assert not cols[0][2]
+        # the answer the written columns give: last sum, then the other last digits
+        assert answer == str(cols[2][3]) + str(cols[1][3] % 10) + str(cols[0][3] % 10)
+        choices += [cols[1][2], cols[2][2]]
+        right += answer == str(a + b)
+    # coin flips: half the decisions take a carry (binomial sd over 800 is ~0.018)
+    assert 0.42 < np.mean(choices) < 0.58
+    # both decisions right ~ 1/4 of the time (a wrong carry always changes the answer)
+    assert 0.17 < right / len(texts) < 0.33
+    for prompt, trace in tp.training_texts(p, "reasoner", 50, gen):
+        a, b = (int(x) for x in prompt.rstrip("=").split("+"))
+        cols, answer = _columns(trace)
+        assert answer == str(a + b)
+        assert [c for _, _, c, _ in cols] == [_true_carry_into(a, b, i) for i in range(3)]
+
+
+def test_carry_decision_labels_are_where_the_carry_choice_is_written():
+    from flowerbed.models import token_intervention_pair as tp
+
+    ref = "7+6=13,8+4+1=13,6+6+1=13|1333"
+    assert np.flatnonzero(tp.carry_decision_mask(ref)).tolist() == [10, 19]
+    assert np.flatnonzero(tp.carry_decision_mask("7+1=8,5+3=8,2+8=10|1088")).tolist() == [9, 15]
+    # independent: a decision is where the trace with that column's carry flipped first differs
+    gen = np.random.default_rng(5)
+    for _ in range(50):
+        a, b = (int(v) for v in gen.integers(100, 1000, size=2))
+        carries = [bool(v) for v in gen.random(2) < 0.5]
+        trace = tp.carry_trace(a, b, carries)
+        want = []
+        for col in range(2):
+            flipped = list(carries)
+            flipped[col] = not flipped[col]
+            other = tp.carry_trace(a, b, flipped)
+            pairs = zip(trace, other, strict=False)
+            want.append(next(i for i, (u, v) in enumerate(pairs) if u != v))
+        mask = tp.carry_decision_mask(trace)
+        assert np.flatnonzero(mask).tolist() == want
+        assert {trace[i] for i in want} <= {"+", "="}
+
+
+def test_carry_tokenizer_round_trip_and_batch_layout():
+    from flowerbed.models import token_intervention_pair as tp
+    from flowerbed.models.lm import LmError
+
+    tok = tp.CarryTokenizer()
+    assert tok.vocab_size == 16 and (tok.bos_id, tok.eos_id) == (14, 15)
+    text = "687+646=7+6=13,8+4+1=13,6+6+1=13|1333"
+    ids = tok.encode(text)
+    assert len(ids) == len(text) and max(ids) < 14
+    assert ids[:4] == [6, 8, 7, 10]  # '6' '8' '7' '+'
+    assert tok.decode(ids) == text
+    assert tok.decode([14, *ids[:3], 15]) == "687"
+    assert tok.decode([14, 1, 15], skip_special=False) == "<bos>1<eos>"
+    with pytest.raises(LmError, match="outside"):
+        tok.encode("12 + 3")
+    batch, mask = tp.encode_batch([("1+2=", "2+1=3|3"), ("9+9=", "9+9=18|18")], tok)
+    assert batch[0].tolist()[:5] == [14, 1, 10, 2, 11]
+    assert batch[0, 5 + 7].item() == 15  # eos after the response
+    assert mask.sum(1).tolist() == [8, 10]  # response symbols + eos, not the prompt
+    assert batch[0, -1].item() == tok.pad_id
+
+
+@pytest.mark.skipif(not HAS_LM, reason="needs the lm extra")
+def test_carry_pair_saves_and_loads_with_its_own_tokenizer(tmp_path):
+    from flowerbed.models import token_intervention_pair as tp
+
+    p = tp.TiPairPretrainParams(task="carry", hidden=16, layers=1, heads=2, base_steps=2,
+                                reasoner_steps=1, sloppy_steps=0, batch_size=4)
+    tp.train(p, tmp_path / "pair")
+    for role in ("base", "reasoner"):
+        folder = tmp_path / "pair" / role
+        assert (folder / tp.CARRY_TOKENIZER_FILE).is_file()
+        assert not (folder / "flowerbed_tokenizer.json").is_file()  # not the byte marker
+        lm = tp.build_ti_pair(tp.TiPairParams(role=role, folder=str(tmp_path / "pair"),
+                                              pretrain=p))
+        assert isinstance(lm.tokenizer, tp.CarryTokenizer) and lm.vocab_size == 16
+        assert lm.decode(lm.encode("7+6=13|13")) == "7+6=13|13"
+    assert tp.default_path(p) != tp.default_path(p.model_copy(update={"task": "toy"}))
