@@ -21,6 +21,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import time
@@ -39,11 +40,18 @@ BASELINES = ("scratch_cnn", "stats_logreg", "linear_probe", "finetune")
 def _params(args: argparse.Namespace, shots: int, baselines: tuple[str, ...]):
     from flowerbed.clients.xtransfer_learner import XTransferParams
 
-    return XTransferParams(shots=shots, baselines=baselines, sources=tuple(args.sources),
-                           efficientnet_blocks=args.blocks, tokens=args.tokens)
+    return XTransferParams(
+        shots=shots,
+        baselines=baselines,
+        sources=tuple(args.sources),
+        efficientnet_blocks=args.blocks,
+        tokens=args.tokens,
+    )
 
 
+@functools.cache
 def _data(target: str):
+    """The target's windows, read once per worker process."""
     if target == "watch":
         from flowerbed.data.xtransfer_data import WatchRawParams, watch_raw
 
@@ -71,14 +79,19 @@ def run_job(job: dict) -> dict:
     t0 = time.perf_counter()
     if job["mode"] == "loso":
         held = g == job["subject"]
-        metrics, record = episode_metrics(p, x[~held], y[~held], seed, (x[held], y[held]),
-                                          finetune_sources=ft)
+        metrics, record = episode_metrics(
+            p, x[~held], y[~held], seed, (x[held], y[held]), finetune_sources=ft
+        )
     else:
         rows = g == job["subject"]
         metrics, record = episode_metrics(p, x[rows], y[rows], seed, finetune_sources=ft)
-    return {**{k: job[k] for k in ("target", "mode", "subject", "shots", "seed")},
-            "metrics": metrics, "record": record, "wall": time.perf_counter() - t0,
-            "load": os.getloadavg()[0]}
+    return {
+        **{k: job[k] for k in ("target", "mode", "subject", "shots", "seed")},
+        "metrics": metrics,
+        "record": record,
+        "wall": time.perf_counter() - t0,
+        "load": os.getloadavg()[0],
+    }
 
 
 def _key(r: dict) -> tuple:
@@ -94,11 +107,20 @@ def jobs(args: argparse.Namespace, done: set) -> list[dict]:
                 modes = [m for m in args.modes if m == "local" or target == "watch"]
                 for mode in modes:
                     for s in subjects:
-                        job = {"target": target, "mode": mode, "subject": s, "shots": shots,
-                               "seed": seed, "baselines": list(args.baselines),
-                               "args": {"sources": args.sources, "blocks": args.blocks,
-                                        "tokens": args.tokens,
-                                        "finetune_sources": args.finetune_sources}}
+                        job = {
+                            "target": target,
+                            "mode": mode,
+                            "subject": s,
+                            "shots": shots,
+                            "seed": seed,
+                            "baselines": list(args.baselines),
+                            "args": {
+                                "sources": args.sources,
+                                "blocks": args.blocks,
+                                "tokens": args.tokens,
+                                "finetune_sources": args.finetune_sources,
+                            },
+                        }
                         if _key(job) not in done:
                             out.append(job)
     return out
@@ -111,14 +133,13 @@ def load(path: Path) -> list[dict]:
 
 
 def methods_of(rows: list[dict]) -> list[str]:
-    names = {k[: -len("_macro_f1")] for r in rows for k in r["metrics"]
-             if k.endswith("_macro_f1")}
+    names = {k[: -len("_macro_f1")] for r in rows for k in r["metrics"] if k.endswith("_macro_f1")}
     order = ["xtransfer", "xtransfer_knn", "scratch_cnn", "stats_logreg"]
     return order + sorted(n for n in names if n not in order) if names else []
 
 
 def summarise(rows: list[dict], target: str, mode: str, shots: int) -> dict[str, dict]:
-    """Per method: subject-averaged macro-F1 per seed -> mean/std over seeds; costs."""
+    """Per method: subject-averaged macro-F1 per seed -> mean, sample std over seeds; costs."""
     sel = [r for r in rows if r["target"] == target and r["mode"] == mode and r["shots"] == shots]
     table: dict[str, dict] = {}
     for m in methods_of(sel):
@@ -132,32 +153,82 @@ def summarise(rows: list[dict], target: str, mode: str, shots: int) -> dict[str,
         if not by_seed:
             continue
         means = [float(np.mean(v)) for v in by_seed.values()]
-        table[m] = {"f1": float(np.mean(means)), "std": float(np.std(means)),
-                    "seeds": len(means), "episodes": sum(len(v) for v in by_seed.values()),
-                    **{c: float(np.mean(v)) for c, v in costs.items()}}
+        subjects = {r["subject"] for r in sel if f"{m}_macro_f1" in r["metrics"]}
+        std = float(np.std(means, ddof=1)) if len(means) > 1 else 0.0
+        table[m] = {
+            "f1": float(np.mean(means)),
+            "std": std,
+            "seeds": len(means),
+            "episodes": sum(len(v) for v in by_seed.values()),
+            "subjects": len(subjects),
+            **{c: float(np.mean(v)) for c, v in costs.items()},
+        }
     return table
 
 
 def print_tables(rows: list[dict]) -> None:
-    print("\nPaper (third-party, unverified; accuracy on HHAR, 6 classes):",
-          ", ".join(f"{k} {v}%" for k, v in PAPER.items()))
+    print(
+        "\nPaper (third-party, unverified; accuracy on HHAR, 6 classes):",
+        ", ".join(f"{k} {v}%" for k, v in PAPER.items()),
+    )
     for target in ("watch", "basic_motions"):
         for mode in ("local", "loso"):
-            shots = sorted({r["shots"] for r in rows
-                            if r["target"] == target and r["mode"] == mode})
+            shots = sorted(
+                {r["shots"] for r in rows if r["target"] == target and r["mode"] == mode}
+            )
             for k in shots:
                 t = summarise(rows, target, mode, k)
                 if not t:
                     continue
-                print(f"\n## {target} / {mode} / {k}-shot  (macro-F1: mean over subjects, then "
-                      "mean ± std over seeds)")
-                print(f"{'method':26s} {'macro-F1':>14s} {'acc %':>6s} {'seeds':>5s} "
-                      f"{'params':>10s} {'MFLOPs':>8s} {'train s':>8s}")
+                print(
+                    f"\n## {target} / {mode} / {k}-shot  (macro-F1: mean over subjects, then "
+                    "mean ± sample std over seeds; one seed: no ±)"
+                )
+                print(
+                    f"{'method':26s} {'macro-F1':>14s} {'acc %':>6s} {'seeds':>5s} "
+                    f"{'subj':>4s} {'params':>10s} {'MFLOPs':>8s} {'train s':>8s}"
+                )
                 for m, v in sorted(t.items(), key=lambda kv: -kv[1]["f1"]):
-                    print(f"{m:26s} {v['f1']:.3f} ± {v['std']:.3f} {100 * v['accuracy']:6.1f} "
-                          f"{v['seeds']:5d} {v['params']:10.0f} {v['mflops']:8.2f} "
-                          f"{v['train_seconds']:8.1f}")
+                    f1 = (
+                        f"{v['f1']:.3f} ± {v['std']:.3f}"
+                        if v["seeds"] > 1
+                        else f"{v['f1']:.3f}        "
+                    )
+                    print(
+                        f"{m:26s} {f1:>14s} {100 * v['accuracy']:6.1f} "
+                        f"{v['seeds']:5d} {v['subjects']:4d} {v['params']:10.0f} "
+                        f"{v['mflops']:8.2f} {v['train_seconds']:8.1f}"
+                    )
                 claim(t, target, mode, k)
+                per_subject(rows, target, mode, k)
+
+
+def per_subject(rows: list[dict], target: str, mode: str, shots: int) -> None:
+    """With several subjects in a cell: macro-F1 per subject (mean ± std over its seeds)."""
+    sel = [r for r in rows if r["target"] == target and r["mode"] == mode and r["shots"] == shots]
+    subjects = sorted({int(r["subject"]) for r in sel})
+    if len(subjects) < 2:
+        return
+    print(
+        f"per subject ({mode}: {'held-out ' if mode == 'loso' else ''}subject; "
+        "macro-F1 mean ± sample std over that subject's seeds, [seeds])"
+    )
+    print(f"{'method':26s} " + " ".join(f"{'s' + str(s):>20s}" for s in subjects))
+    for m in methods_of(sel):
+        cells = []
+        for s in subjects:
+            v = [
+                r["metrics"][f"{m}_macro_f1"]
+                for r in sel
+                if int(r["subject"]) == s and f"{m}_macro_f1" in r["metrics"]
+            ]
+            if not v:
+                cells.append(f"{'-':>20s}")
+            elif len(v) == 1:
+                cells.append(f"{v[0]:.3f} [1]".rjust(20))
+            else:
+                cells.append(f"{np.mean(v):.3f} ± {np.std(v, ddof=1):.3f} [{len(v)}]".rjust(20))
+        print(f"{m:26s} " + " ".join(cells))
 
 
 def claim(t: dict, target: str, mode: str, shots: int) -> None:
@@ -173,10 +244,12 @@ def claim(t: dict, target: str, mode: str, shots: int) -> None:
         beaten = [m for m, v in rivals.items() if x["f1"] > v["f1"]]
         cheaper = [m for m, v in rivals.items() if x["mflops"] < v["mflops"]]
         ok = len(beaten) == len(rivals) and len(cheaper) == len(rivals)
-        print(f"claim @5-shot {target}/{mode}, {head}: beats {len(beaten)}/{len(rivals)} "
-              f"baselines, cheaper (MFLOPs) than {len(cheaper)}/{len(rivals)} -> "
-              f"{'HOLDS' if ok else 'FAILS'}; accuracy {100 * x['accuracy']:.1f}% here vs "
-              f"paper {PAPER['HHAR 5-shot']}% (HHAR 5-shot, other data)")
+        print(
+            f"claim @5-shot {target}/{mode}, {head}: beats {len(beaten)}/{len(rivals)} "
+            f"baselines, cheaper (MFLOPs) than {len(cheaper)}/{len(rivals)} -> "
+            f"{'HOLDS' if ok else 'FAILS'}; accuracy {100 * x['accuracy']:.1f}% here vs "
+            f"paper {PAPER['HHAR 5-shot']}% (HHAR 5-shot, other data)"
+        )
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -190,8 +263,11 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     cells = sorted({(r["target"], r["mode"], r["shots"]) for r in rows})
-    curves = [t for t in ("watch", "basic_motions")
-              if len({k for tt, m, k in cells if tt == t and m == "local"}) > 1]
+    curves = [
+        t
+        for t in ("watch", "basic_motions")
+        if len({k for tt, m, k in cells if tt == t and m == "local"}) > 1
+    ]
     n = len(curves) + len(cells)
     if n == 0:
         return
@@ -202,30 +278,49 @@ def plot(rows: list[dict], path: Path) -> None:
         tables = {k: summarise(rows, target, "local", k) for k in shots}
         for m in sorted({m for t in tables.values() for m in t}):
             ks = [k for k in shots if m in tables[k]]
-            ax.errorbar(ks, [tables[k][m]["f1"] for k in ks],
-                        yerr=[tables[k][m]["std"] for k in ks], marker="o", capsize=3,
-                        label=m, lw=3 if m.startswith("xtransfer") else 1)
+            ax.errorbar(
+                ks,
+                [tables[k][m]["f1"] for k in ks],
+                yerr=[tables[k][m]["std"] for k in ks],
+                marker="o",
+                capsize=3,
+                label=m,
+                lw=3 if m.startswith("xtransfer") else 1,
+            )
         ax.set_xticks(shots)
         ax.set_xlabel("shots per class")
         ax.set_ylabel("macro-F1")
         ax.set_title(f"{target}, per subject: macro-F1 vs shots")
         ax.legend(fontsize=6)
         ax.grid(alpha=0.3)
-    for ax, (target, mode, k) in zip(axes[len(curves):], cells, strict=True):
+    for ax, (target, mode, k) in zip(axes[len(curves) :], cells, strict=True):
         t = summarise(rows, target, mode, k)
         eps = max(v["episodes"] for v in t.values())
         order = sorted(t, key=lambda m: t[m]["f1"])
         ys = np.arange(len(order))
-        ax.barh(ys, [t[m]["f1"] for m in order], xerr=[t[m]["std"] for m in order],
-                color=["black" if m.startswith("xtransfer") else "C0" for m in order])
+        ax.barh(
+            ys,
+            [t[m]["f1"] for m in order],
+            xerr=[t[m]["std"] for m in order],
+            color=["black" if m.startswith("xtransfer") else "C0" for m in order],
+        )
         for y, m in zip(ys, order, strict=True):
-            ax.text(0.01, y, f"{t[m]['f1']:.3f}, {t[m]['mflops']:.2f} MFLOPs",
-                    va="center", fontsize=7, color="white")
+            ax.text(
+                0.01,
+                y,
+                f"{t[m]['f1']:.3f}, {t[m]['mflops']:.2f} MFLOPs",
+                va="center",
+                fontsize=7,
+                color="white",
+            )
         ax.set_yticks(ys, order, fontsize=7)
         ax.set_xlim(0, 1.02)
         ax.set_xlabel("macro-F1 on the query windows (bar text: F1, MFLOPs per inference)")
-        what = "per subject" if mode == "local" and target == "watch" else (
-            "leave-one-subject-out" if mode == "loso" else "IID, one group")
+        what = (
+            "per subject"
+            if mode == "local" and target == "watch"
+            else ("leave-one-subject-out" if mode == "loso" else "IID, one group")
+        )
         ax.set_title(f"{target}, {what}, {k}-shot ({eps} episode(s))", fontsize=10)
         ax.grid(alpha=0.3, axis="x")
     fig.suptitle("XTransfer (black bars) vs baselines: accuracy and edge cost", fontsize=11)
@@ -241,20 +336,40 @@ def main() -> None:
     ap.add_argument("--shots", nargs="+", type=int, default=[5])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--baselines", nargs="*", default=list(BASELINES))
-    ap.add_argument("--sources", nargs="+", default=["efficientnet", "minilm", "fmnist_cnn",
-                                                     "signal_cnn"])
-    ap.add_argument("--finetune-sources", nargs="*", default=None,
-                    help="sources the finetune baseline runs on (default: every source)")
+    ap.add_argument(
+        "--sources", nargs="+", default=["efficientnet", "minilm", "fmnist_cnn", "signal_cnn"]
+    )
+    ap.add_argument(
+        "--finetune-sources",
+        nargs="*",
+        default=None,
+        help="sources the finetune baseline runs on (default: every source)",
+    )
     ap.add_argument("--blocks", type=int, default=6, help="EfficientNet MBConv blocks in the pool")
     ap.add_argument("--tokens", type=int, default=8, help="MiniLM sequence length")
-    ap.add_argument("--modes", nargs="+", default=["local"], choices=["local", "loso"],
-                    help="local: per subject; loso: leave-one-subject-out (watch only)")
-    ap.add_argument("--subjects", nargs="+", type=int, default=list(range(1, 11)),
-                    help="watch subjects (local: the clients; loso: the held-out ones)")
+    ap.add_argument(
+        "--modes",
+        nargs="+",
+        default=["local"],
+        choices=["local", "loso"],
+        help="local: per subject; loso: leave-one-subject-out (watch only)",
+    )
+    ap.add_argument(
+        "--subjects",
+        nargs="+",
+        type=int,
+        default=list(range(1, 11)),
+        help="watch subjects (local: the clients; loso: the held-out ones)",
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--report-only", "--table", dest="table", action="store_true",
-                    help="only print the tables and plot what episodes.jsonl holds")
+    ap.add_argument(
+        "--report-only",
+        "--table",
+        dest="table",
+        action="store_true",
+        help="only print the tables and plot what episodes.jsonl holds",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "episodes.jsonl"
@@ -270,10 +385,13 @@ def main() -> None:
                 fh.write(json.dumps(r) + "\n")
                 fh.flush()
                 m = r["metrics"]
-                print(f"[{i + 1}/{len(todo)}] {r['target']} {r['mode']} s{r['subject']} "
-                      f"k{r['shots']} seed{r['seed']}: xtransfer {m['xtransfer_macro_f1']:.3f} "
-                      f"({r['record']['xtransfer']['structure']}), {r['wall']:.0f}s, "
-                      f"load {r['load']:.1f}", flush=True)
+                print(
+                    f"[{i + 1}/{len(todo)}] {r['target']} {r['mode']} s{r['subject']} "
+                    f"k{r['shots']} seed{r['seed']}: xtransfer {m['xtransfer_macro_f1']:.3f} "
+                    f"({r['record']['xtransfer']['structure']}), {r['wall']:.0f}s, "
+                    f"load {r['load']:.1f}",
+                    flush=True,
+                )
         print(f"wall {time.perf_counter() - t0:.0f}s")
         rows = load(path)
     print_tables(rows)

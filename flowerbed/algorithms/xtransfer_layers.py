@@ -76,8 +76,9 @@ class PoolLayer(nn.Module):
     kernel: tuple[int, ...] | None
     stride: tuple[int, ...] | None
 
-    def __init__(self, dims: Dims, in_channels: int, in_size: tuple[int, ...],
-                 tail: nn.Module | None = None) -> None:
+    def __init__(
+        self, dims: Dims, in_channels: int, in_size: tuple[int, ...], tail: nn.Module | None = None
+    ) -> None:
         super().__init__()
         self.dims, self.in_channels, self.in_size = dims, in_channels, tuple(in_size)
         self.tail = tail
@@ -100,6 +101,19 @@ class PoolLayer(nn.Module):
         """Head output and the pooled inner activation (``None`` without one)."""
         return self(x), None
 
+    def masked_forward(
+        self, x: torch.Tensor, group: int
+    ) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """``mask -> head output with group `group` masked``, other groups as set.
+
+        For a layer whose group sits deep inside it, the part before the mask is
+        computed once for every mask the removal search tries (the same
+        operations, so the same output as :meth:`set_masks` then a forward
+        pass). ``None``: no such shortcut, run the whole layer.
+        """
+        del x, group
+        return None
+
     def apply_tail(self, h: torch.Tensor) -> torch.Tensor:
         """The tail (activation, pooling) after the head; identity without one."""
         return h if self.tail is None else self.tail(h)
@@ -114,10 +128,16 @@ class ConvUnit(PoolLayer):
     SAME padding, or an explicit ``F.pad`` list.
     """
 
-    def __init__(self, conv: nn.Conv1d | nn.Conv2d, bn: nn.Module | None,
-                 act: Callable[[torch.Tensor], torch.Tensor] | None, order: str,
-                 in_size: tuple[int, ...], padding: str | list[int] | None = None,
-                 tail: nn.Module | None = None) -> None:
+    def __init__(
+        self,
+        conv: nn.Conv1d | nn.Conv2d,
+        bn: nn.Module | None,
+        act: Callable[[torch.Tensor], torch.Tensor] | None,
+        order: str,
+        in_size: tuple[int, ...],
+        padding: str | list[int] | None = None,
+        tail: nn.Module | None = None,
+    ) -> None:
         dims = 1 if isinstance(conv, nn.Conv1d) else 2
         super().__init__(dims, conv.in_channels * 1, in_size, tail)
         if conv.groups != 1:
@@ -181,8 +201,14 @@ class InvertedResidual(PoolLayer):
     mid_mask: torch.Tensor
     out_mask: torch.Tensor
 
-    def __init__(self, expand: nn.Sequential | None, depthwise: nn.Sequential,
-                 project: nn.Sequential, residual: bool, in_size: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        expand: nn.Sequential | None,
+        depthwise: nn.Sequential,
+        project: nn.Sequential,
+        residual: bool,
+        in_size: tuple[int, ...],
+    ) -> None:
         conv0, _ = _pair(expand if expand is not None else depthwise)
         super().__init__(2, int(conv0.in_channels), in_size)
         self.expand, self.depthwise, self.project = expand, depthwise, project
@@ -203,15 +229,31 @@ class InvertedResidual(PoolLayer):
         h = bn(conv(tf_same_pad(x, tuple(conv.kernel_size), tuple(conv.stride))))
         return F.relu6(h) if act else h
 
-    def forward_inter(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Block output and the pooled depthwise activation."""
+    def _mid(self, x: torch.Tensor) -> torch.Tensor:
+        """Depthwise activation before the expanded-channel mask."""
         h = self._run(self.expand, x, True) if self.expand is not None else x
-        h = self._run(self.depthwise, h, True) * _channel_view(self.mid_mask, 2)
-        inter = gap(h)
+        return self._run(self.depthwise, h, True)
+
+    def _finish(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """Project the masked depthwise activation ``h``, add the skip, mask the output."""
         out = self._run(self.project, h, False)
         if self.residual:
             out = out + x[:, self.skip_idx]
-        return out * _channel_view(self.out_mask, 2), inter
+        return out * _channel_view(self.out_mask, 2)
+
+    def forward_inter(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Block output and the pooled depthwise activation."""
+        h = self._mid(x) * _channel_view(self.mid_mask, 2)
+        return self._finish(x, h), gap(h)
+
+    def masked_forward(
+        self, x: torch.Tensor, group: int
+    ) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """The expanded-channel group: expand and depthwise run once, not once per mask."""
+        if self.expand is None or group != 0:
+            return None
+        mid = self._mid(x)
+        return lambda mask: self._finish(x, mid * _channel_view(mask.float(), 2))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Block output."""
@@ -249,8 +291,9 @@ class InvertedResidual(PoolLayer):
         else:
             mid = torch.arange(dw.out_channels)
         pr, pr_bn = _pair(self.project)
-        new.project = nn.Sequential(_slice_conv(pr, out_idx=out_idx, in_idx=mid),
-                                    _slice_bn(pr_bn, out_idx))
+        new.project = nn.Sequential(
+            _slice_conv(pr, out_idx=out_idx, in_idx=mid), _slice_bn(pr_bn, out_idx)
+        )
         new.skip_idx = self.skip_idx[out_idx]
         new.out_mask = torch.ones(len(out_idx))
         return new
@@ -263,8 +306,14 @@ class OpaqueLayer(PoolLayer):
     convolutions).
     """
 
-    def __init__(self, module: nn.Module, dims: Dims, in_channels: int,
-                 in_size: tuple[int, ...], out_channels: int) -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        dims: Dims,
+        in_channels: int,
+        in_size: tuple[int, ...],
+        out_channels: int,
+    ) -> None:
         super().__init__(dims, in_channels, in_size)
         self.module = module
         self._out = out_channels
@@ -287,16 +336,25 @@ def _pair(seq: nn.Sequential) -> tuple[nn.Conv2d, nn.Module]:
     return conv, bn
 
 
-def _slice_conv(conv: nn.Conv1d | nn.Conv2d, out_idx: torch.Tensor | None = None,
-                in_idx: torch.Tensor | None = None) -> nn.Conv1d | nn.Conv2d:
+def _slice_conv(
+    conv: nn.Conv1d | nn.Conv2d,
+    out_idx: torch.Tensor | None = None,
+    in_idx: torch.Tensor | None = None,
+) -> nn.Conv1d | nn.Conv2d:
     w = conv.weight.detach()
     if out_idx is not None:
         w = w[out_idx]
     if in_idx is not None:
         w = w[:, in_idx]
-    new = type(conv)(w.shape[1], w.shape[0], conv.kernel_size,  # type: ignore[arg-type]
-                     stride=conv.stride, padding=conv.padding,  # type: ignore[arg-type]
-                     dilation=conv.dilation, bias=conv.bias is not None)  # type: ignore[arg-type]
+    new = type(conv)(
+        w.shape[1],
+        w.shape[0],
+        conv.kernel_size,  # type: ignore[arg-type]
+        stride=conv.stride,  # type: ignore[arg-type]
+        padding=conv.padding,  # type: ignore[arg-type]
+        dilation=conv.dilation,  # type: ignore[arg-type]
+        bias=conv.bias is not None,
+    )
     new.weight.data.copy_(w)
     if conv.bias is not None and new.bias is not None:
         b = conv.bias.detach()
@@ -305,10 +363,16 @@ def _slice_conv(conv: nn.Conv1d | nn.Conv2d, out_idx: torch.Tensor | None = None
 
 
 def _slice_depthwise(conv: nn.Conv2d, idx: torch.Tensor) -> nn.Conv2d:
-    new = nn.Conv2d(len(idx), len(idx), conv.kernel_size,  # type: ignore[arg-type]
-                    stride=conv.stride, padding=conv.padding,  # type: ignore[arg-type]
-                    dilation=conv.dilation, groups=len(idx),  # type: ignore[arg-type]
-                    bias=conv.bias is not None)
+    new = nn.Conv2d(
+        len(idx),
+        len(idx),
+        conv.kernel_size,  # type: ignore[arg-type]
+        stride=conv.stride,  # type: ignore[arg-type]
+        padding=conv.padding,  # type: ignore[arg-type]
+        dilation=conv.dilation,  # type: ignore[arg-type]
+        groups=len(idx),
+        bias=conv.bias is not None,
+    )
     new.weight.data.copy_(conv.weight.detach()[idx])
     if conv.bias is not None and new.bias is not None:
         new.bias.data.copy_(conv.bias.detach()[idx])
@@ -408,9 +472,17 @@ class Connector(nn.Module):
     which the code's unpadded connector cannot take).
     """
 
-    def __init__(self, dims: Dims, c_in: int, c_out: int, size: tuple[int, ...],
-                 kernel: tuple[int, ...] | None, stride: tuple[int, ...] | None, wide: bool,
-                 pre: PreResizer | None = None) -> None:
+    def __init__(
+        self,
+        dims: Dims,
+        c_in: int,
+        c_out: int,
+        size: tuple[int, ...],
+        kernel: tuple[int, ...] | None,
+        stride: tuple[int, ...] | None,
+        wide: bool,
+        pre: PreResizer | None = None,
+    ) -> None:
         super().__init__()
         self.pre = pre
         k = tuple(kernel) if kernel is not None else (3,) * dims
@@ -423,15 +495,26 @@ class Connector(nn.Module):
         conv_t = nn.ConvTranspose1d if dims == 1 else nn.ConvTranspose2d
         self.encoder = _conv(dims)(c_in, mid, k, stride=s, dilation=dilation)  # type: ignore[arg-type]
         self.bn_i = _bn(dims)(mid)
-        inner = [(n - dilation * (kk - 1) - 1) // ss + 1 for n, kk, ss in zip(size, k, s,
-                                                                              strict=True)]
+        inner = [
+            (n - dilation * (kk - 1) - 1) // ss + 1 for n, kk, ss in zip(size, k, s, strict=True)
+        ]
         if min(inner) < 1:
-            raise ValueError(f"connector: input size {size} is smaller than kernel {k} "
-                             f"(dilation {dilation}) allows")
-        pad_out = tuple(n - ((m - 1) * ss + dilation * (kk - 1) + 1)
-                        for n, m, kk, ss in zip(size, inner, k, s, strict=True))
-        self.decoder = conv_t(mid, c_out, k, stride=s, dilation=dilation,  # type: ignore[arg-type]
-                              output_padding=pad_out)  # type: ignore[arg-type]
+            raise ValueError(
+                f"connector: input size {size} is smaller than kernel {k} "
+                f"(dilation {dilation}) allows"
+            )
+        pad_out = tuple(
+            n - ((m - 1) * ss + dilation * (kk - 1) + 1)
+            for n, m, kk, ss in zip(size, inner, k, s, strict=True)
+        )
+        self.decoder = conv_t(
+            mid,
+            c_out,
+            k,  # type: ignore[arg-type]
+            stride=s,  # type: ignore[arg-type]
+            dilation=dilation,
+            output_padding=pad_out,  # type: ignore[arg-type]
+        )
         self.bn_o = _bn(dims)(c_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -444,8 +527,9 @@ class Connector(nn.Module):
 class Step(nn.Module):
     """One position of the recombined model: splice, (repaired, pruned) layer, tail."""
 
-    def __init__(self, splice: nn.Module, connector: Connector, layer: PoolLayer,
-                 name: str) -> None:
+    def __init__(
+        self, splice: nn.Module, connector: Connector, layer: PoolLayer, name: str
+    ) -> None:
         super().__init__()
         self.splice, self.connector, self.layer, self.name = splice, connector, layer, name
 

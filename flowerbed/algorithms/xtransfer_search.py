@@ -77,6 +77,10 @@ class SearchConfig:
     repair: bool
     prune: bool
     seed: int
+    #: Reuse what repair and removal would recompute from the same inputs (the
+    #: parameter-free splice of the support, a layer's part before a pruned group);
+    #: the same result. ``False`` recomputes it, for ``benchmarks/xtransfer_speed.py``.
+    reuse: bool = True
 
 
 @dataclass
@@ -143,11 +147,14 @@ class SearchResult:
     seconds: float
 
 
-def _scores(step: Step, space: xt.AnchorSpace, sets: dict[str, tuple[torch.Tensor, np.ndarray]]
-            ) -> dict[str, float]:
+def _scores(
+    step: Step, space: xt.AnchorSpace, sets: dict[str, tuple[torch.Tensor, np.ndarray]]
+) -> dict[str, float]:
     with torch.no_grad():
-        return {k: xt.s_score(space.transform(xt.features(step.head(x)).numpy()), y)
-                for k, (x, y) in sets.items()}
+        return {
+            k: xt.s_score(space.transform(xt.features(step.head(x)).numpy()), y)
+            for k, (x, y) in sets.items()
+        }
 
 
 def _bn_estimate(modules: list[nn.Module], run: Any, x: torch.Tensor) -> None:
@@ -170,17 +177,29 @@ def splice(entry: SourceLayer, x: torch.Tensor, first: bool, seed: int) -> Step:
     torch.manual_seed(seed)
     if first and layer.dims == 2:
         pre = PreResizer(x.shape[1], x.shape[-1], layer.in_size[0])
-        conn = Connector(2, 1, layer.in_channels, layer.in_size, layer.kernel, layer.stride,
-                         wide=True, pre=pre)
+        conn = Connector(
+            2, 1, layer.in_channels, layer.in_size, layer.kernel, layer.stride, wide=True, pre=pre
+        )
         return Step(nn.Sequential(), conn, layer, entry.name)
     sp = make_splice(tuple(x.shape[1:]), layer)
-    conn = Connector(layer.dims, x.shape[1], layer.in_channels, layer.in_size, layer.kernel,
-                     layer.stride, wide=entry.first)
+    conn = Connector(
+        layer.dims,
+        x.shape[1],
+        layer.in_channels,
+        layer.in_size,
+        layer.kernel,
+        layer.stride,
+        wide=entry.first,
+    )
     return Step(sp, conn, layer, entry.name)
 
 
-def _before(entry: SourceLayer, cfg: SearchConfig, sets: dict[str, tuple[torch.Tensor,
-            np.ndarray]], first: bool) -> tuple[Step, xt.AnchorSpace, dict[str, float]]:
+def _before(
+    entry: SourceLayer,
+    cfg: SearchConfig,
+    sets: dict[str, tuple[torch.Tensor, np.ndarray]],
+    first: bool,
+) -> tuple[Step, xt.AnchorSpace, dict[str, float]]:
     """Fresh splice, connector BN statistics from the support, S-scores before repair."""
     x_tr = sets["train"][0]
     step = splice(entry, x_tr, first, cfg.seed)
@@ -190,15 +209,27 @@ def _before(entry: SourceLayer, cfg: SearchConfig, sets: dict[str, tuple[torch.T
     return step, space, _scores(step, space, sets)
 
 
-def evaluate(entry: SourceLayer, cfg: SearchConfig, sets: dict[str, tuple[torch.Tensor,
-             np.ndarray]], first: bool, n_shot: int) -> Candidate:
+def evaluate(
+    entry: SourceLayer,
+    cfg: SearchConfig,
+    sets: dict[str, tuple[torch.Tensor, np.ndarray]],
+    first: bool,
+    n_shot: int,
+) -> Candidate:
     """Splice -> BN re-estimation -> repair -> (rollback) -> removal of one candidate."""
     t0 = time.perf_counter()
     out, out_y = xt.align_anchors(entry.anchor_out, entry.anchor_labels, n_shot)
-    aligned = SourceLayer(entry.source, entry.index, entry.layer, out, out_y,
-                          None if entry.anchor_inter is None else
-                          xt.align_anchors(entry.anchor_inter, entry.anchor_labels, n_shot)[0],
-                          entry.first)
+    aligned = SourceLayer(
+        entry.source,
+        entry.index,
+        entry.layer,
+        out,
+        out_y,
+        None
+        if entry.anchor_inter is None
+        else xt.align_anchors(entry.anchor_inter, entry.anchor_labels, n_shot)[0],
+        entry.first,
+    )
     step, space, before = _before(aligned, cfg, sets, first)
     x_tr, y_tr = sets["train"]
     _bn_estimate([step.layer], step.head, x_tr)
@@ -207,12 +238,35 @@ def evaluate(entry: SourceLayer, cfg: SearchConfig, sets: dict[str, tuple[torch.
     anchor_feats = xt.normalize_rows(out)
     with torch.no_grad():
         f_tr = xt.features(step.head(x_tr)).numpy()
-    plan = xt.plan_repair(f_tr, y_tr, anchor_feats, out_y, cfg.n_components, True,
-                          cfg.rotation_steps, cfg.seed)
+    plan = xt.plan_repair(
+        f_tr, y_tr, anchor_feats, out_y, cfg.n_components, True, cfg.rotation_steps, cfg.seed
+    )
     curve: list[float] = []
     if cfg.repair:
-        curve = xt.repair([step.connector, step.layer], lambda x: xt.features(step.head(x)),
-                          x_tr, y_tr, plan, cfg.episodes, cfg.seed)
+        # The splice (resize, dims adapter) has no parameters: the repair steps see the
+        # same spliced support, computed once when ``reuse``.
+        if cfg.reuse:
+            with torch.no_grad():
+                x_sp = step.splice(x_tr)
+            curve = xt.repair(
+                [step.connector, step.layer],
+                lambda h: xt.features(step.layer(step.connector(h))),
+                x_sp,
+                y_tr,
+                plan,
+                cfg.episodes,
+                cfg.seed,
+            )
+        else:
+            curve = xt.repair(
+                [step.connector, step.layer],
+                lambda x: xt.features(step.head(x)),
+                x_tr,
+                y_tr,
+                plan,
+                cfg.episodes,
+                cfg.seed,
+            )
     after = _scores(step, space, sets)
     scores.update(after)
     rollback = False
@@ -222,15 +276,33 @@ def evaluate(entry: SourceLayer, cfg: SearchConfig, sets: dict[str, tuple[torch.
     if cfg.prune:
         with torch.no_grad():
             x_in = step.connector(step.splice(x_tr))
-        acts = {"out": out} | ({} if aligned.anchor_inter is None else
-                               {"inter": aligned.anchor_inter})
-        pruned, kept = xt.removal(step.layer, x_in, y_tr, acts, space, cfg.n_components,
-                                  cfg.max_prune_range)
+        acts = {"out": out} | (
+            {} if aligned.anchor_inter is None else {"inter": aligned.anchor_inter}
+        )
+        pruned, kept = xt.removal(
+            step.layer,
+            x_in,
+            y_tr,
+            acts,
+            space,
+            cfg.n_components,
+            cfg.max_prune_range,
+            reuse=cfg.reuse,
+        )
         step = Step(step.splice, step.connector, pruned, step.name)
         pruned_scores = _scores(step, space.keep(kept), sets)
         scores.update({f"prune_{k}": v for k, v in pruned_scores.items()})
-    return Candidate(aligned, step, scores, rollback, cost(step, x_tr), plan.anchor_score,
-                     curve, kept, time.perf_counter() - t0)
+    return Candidate(
+        aligned,
+        step,
+        scores,
+        rollback,
+        cost(step, x_tr),
+        plan.anchor_score,
+        curve,
+        kept,
+        time.perf_counter() - t0,
+    )
 
 
 def _combined(s: dict[str, float], cfg: SearchConfig) -> float:
@@ -269,8 +341,7 @@ def select_best(cands: list[Candidate], state: SearchState, cfg: SearchConfig) -
         if state.position == 1 or ok:
             admissible.append(c)
     if cfg.max_mflops is not None:
-        admissible = [c for c in admissible
-                      if state.total_mflops + c.cost.mflops <= cfg.max_mflops]
+        admissible = [c for c in admissible if state.total_mflops + c.cost.mflops <= cfg.max_mflops]
     if not admissible:
         return None
     key = "score" if cfg.resource_switch else "s"
@@ -282,16 +353,25 @@ def _rate_curve(xs: list[float], ys: list[float]) -> tuple[float, float]:
     from scipy.optimize import curve_fit
 
     try:
-        popt, _ = curve_fit(lambda x, a, b: np.exp(a * x) + b, np.asarray(xs, float),
-                            np.asarray(ys, float), maxfev=5000)
+        popt, _ = curve_fit(
+            lambda x, a, b: np.exp(a * x) + b,
+            np.asarray(xs, float),
+            np.asarray(ys, float),
+            maxfev=5000,
+        )
         return float(popt[0]), float(popt[1])
     except (RuntimeError, ValueError, TypeError):
         return math.log(3.0) / max(xs[1], 1.0), -1.0  # the curve through the two priors
 
 
-def quick_check(pool: list[SourceLayer], state: SearchState, cfg: SearchConfig,
-                sets: dict[str, tuple[torch.Tensor, np.ndarray]], n_classes: int,
-                n_shot: int) -> list[tuple[SourceLayer, float]]:
+def quick_check(
+    pool: list[SourceLayer],
+    state: SearchState,
+    cfg: SearchConfig,
+    sets: dict[str, tuple[torch.Tensor, np.ndarray]],
+    n_classes: int,
+    n_shot: int,
+) -> list[tuple[SourceLayer, float]]:
     """Pre-search check (the code's ``check_score``).
 
     Keep the candidates with the best estimate ``S_before + rate (S_anchor -
@@ -312,8 +392,7 @@ def quick_check(pool: list[SourceLayer], state: SearchState, cfg: SearchConfig,
     train = {"train": sets["train"]}
     for entry in pool:
         out, out_y = xt.align_anchors(entry.anchor_out, entry.anchor_labels, n_shot)
-        aligned = SourceLayer(entry.source, entry.index, entry.layer, out, out_y, None,
-                              entry.first)
+        aligned = SourceLayer(entry.source, entry.index, entry.layer, out, out_y, None, entry.first)
         _, space, before = _before(aligned, cfg, train, first=False)
         a_score = xt.anchor_score(space, xt.normalize_rows(out), out_y, n_classes)
         rated.append((entry, before["train"] + rate * (a_score - before["train"])))
@@ -321,8 +400,14 @@ def quick_check(pool: list[SourceLayer], state: SearchState, cfg: SearchConfig,
     return rated[:top_n]
 
 
-def search(pool: list[SourceLayer], x_train: torch.Tensor, y_train: np.ndarray,
-           x_val: torch.Tensor, y_val: np.ndarray, cfg: SearchConfig) -> SearchResult:
+def search(
+    pool: list[SourceLayer],
+    x_train: torch.Tensor,
+    y_train: np.ndarray,
+    x_val: torch.Tensor,
+    y_val: np.ndarray,
+    cfg: SearchConfig,
+) -> SearchResult:
     """Layer-wise search over ``pool`` on the support (train) and validation shots.
 
     ``x_*`` are raw target windows ``(n, C, T)``; labels ``0..K-1``. Returns the
@@ -335,8 +420,9 @@ def search(pool: list[SourceLayer], x_train: torch.Tensor, y_train: np.ndarray,
     for e in pool:
         by_pos.setdefault(e.index, []).append(e)
     depth = max(by_pos) + 1
-    state = SearchState(depth=depth, pick_range=cfg.init_pick_range,
-                        rate_x=[0.0, float(depth)], rate_y=[0.0, 2.0])
+    state = SearchState(
+        depth=depth, pick_range=cfg.init_pick_range, rate_x=[0.0, float(depth)], rate_y=[0.0, 2.0]
+    )
     steps: list[Step] = []
     history: list[dict[str, Any]] = []
     feats = {"train": x_train, "val": x_val}
@@ -347,8 +433,9 @@ def search(pool: list[SourceLayer], x_train: torch.Tensor, y_train: np.ndarray,
         if lid <= last:
             continue
         width = 1 if lid == 0 else cfg.search_depth
-        cands = [e for d in range(width) if lid + d <= cfg.break_depth
-                 for e in by_pos.get(lid + d, [])]
+        cands = [
+            e for d in range(width) if lid + d <= cfg.break_depth for e in by_pos.get(lid + d, [])
+        ]
         sets = {"train": (feats["train"], y_train), "val": (feats["val"], y_val)}
         estimates: dict[str, float] = {}
         if cfg.quick_check and lid != 0:
@@ -367,8 +454,7 @@ def search(pool: list[SourceLayer], x_train: torch.Tensor, y_train: np.ndarray,
         s = best.scores
         denom = best.anchor_score - s["before_train"]
         state.rate_x.append(float(state.position))
-        state.rate_y.append((s["train"] - s["before_train"]) / denom if abs(denom) > 1e-12
-                            else 0.0)
+        state.rate_y.append((s["train"] - s["before_train"]) / denom if abs(denom) > 1e-12 else 0.0)
         state.achieved[state.position] = s["train"]
         if best.estimated is not None:
             state.estimated[state.position] = best.estimated
@@ -382,23 +468,30 @@ def search(pool: list[SourceLayer], x_train: torch.Tensor, y_train: np.ndarray,
     return SearchResult(model, history, time.perf_counter() - t0)
 
 
-def _record(lid: int, position: int, cands: list[Candidate], best: Candidate | None
-            ) -> dict[str, Any]:
+def _record(
+    lid: int, position: int, cands: list[Candidate], best: Candidate | None
+) -> dict[str, Any]:
     return {
-        "lid": lid, "position": position,
+        "lid": lid,
+        "position": position,
         "chosen": None if best is None else best.entry.name,
         "candidates": {
-            c.entry.name: {**{k: round(v, 4) for k, v in c.scores.items()},
-                           "rollback": c.rollback, "mflops": round(c.cost.mflops, 3),
-                           "params": c.cost.params, "seconds": round(c.seconds, 2),
-                           "repair_steps": len(c.loss_curve)}
+            c.entry.name: {
+                **{k: round(v, 4) for k, v in c.scores.items()},
+                "rollback": c.rollback,
+                "mflops": round(c.cost.mflops, 3),
+                "params": c.cost.params,
+                "seconds": round(c.seconds, 2),
+                "repair_steps": len(c.loss_curve),
+            }
             for c in cands
         },
     }
 
 
-def knn_predict(model: Recombined, x_support: torch.Tensor, y_support: np.ndarray,
-                x_query: torch.Tensor, k: int) -> np.ndarray:
+def knn_predict(
+    model: Recombined, x_support: torch.Tensor, y_support: np.ndarray, x_query: torch.Tensor, k: int
+) -> np.ndarray:
     """``TEST_METHOD='KNN'``: k-nearest neighbours on the support's features.
 
     ``k`` is capped at the support size.
@@ -428,8 +521,9 @@ class LinearHead(nn.Module):
         return out
 
 
-def finetune(model: Recombined, x: torch.Tensor, y: np.ndarray, n_classes: int, steps: int,
-             seed: int) -> LinearHead:
+def finetune(
+    model: Recombined, x: torch.Tensor, y: np.ndarray, n_classes: int, steps: int, seed: int
+) -> LinearHead:
     """``FINETUNE=True``: a linear head trained with the recombined layers.
 
     Connectors frozen, full batch, SGD lr 0.01 momentum 0.95, cross-entropy;
