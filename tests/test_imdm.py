@@ -37,10 +37,15 @@ def _mixed_xt(batch: int = 3) -> torch.Tensor:
 # -- 1. zero-init compatibility ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw", [
-    {"noise_type": "rand"}, {"noise_type": "randn", "noise_scale": 3.0},
-    {"noise_type": "learnable"}, {"num_mask": 3},
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"noise_type": "rand"},
+        {"noise_type": "randn", "noise_scale": 3.0},
+        {"noise_type": "learnable"},
+        {"num_mask": 3},
+    ],
+)
 def test_mdlm_checkpoint_in_imdm_gives_mdlm_logits_for_any_eps(kw: dict) -> None:
     """MDLM weights + zero-init ε-mask: the IMDM function is MDLM's, whatever ε is."""
     mdlm = _net(imdm=False)
@@ -164,8 +169,8 @@ def test_ancestral_step_outcome_frequencies_and_copied_tokens() -> None:
     eps = torch.arange(n * L, dtype=torch.float).view(n, L, 1)  # tag each ε
     t, s = 0.8, 0.5
     a_t, a_s = float(imdm.alpha(t)), float(imdm.alpha(s))
-    x_s, eps_s, _ = imdm.ancestral_step(model, x_t, eps, t, s,  # type: ignore[arg-type]
-                                        torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(0)
+    x_s, eps_s, _ = imdm.ancestral_step(model, x_t, eps, t, s, gen)  # type: ignore[arg-type]
     assert (x_s[:, 0] == 3).all() and torch.equal(eps_s[:, 0], eps[:, 0])
     m = x_s[:, 1:]
     kept = (m == V) & (eps_s[:, 1:, 0] == eps[:, 1:, 0])
@@ -207,11 +212,13 @@ def test_product_of_marginals_stays_at_the_bound() -> None:
     v, length = 4, 4
     data = torch.randint(0, v, (2000, 1), generator=torch.Generator().manual_seed(0))
     data = data.repeat(1, length)
-    mdm = build_denoiser(DenoiserParams(hidden=16, layers=1, heads=2, imdm=False),
-                         v, length, seed=0)
+    mdm = build_denoiser(
+        DenoiserParams(hidden=16, layers=1, heads=2, imdm=False), v, length, seed=0
+    )
     gen = torch.Generator().manual_seed(0)
-    dd.fit_steps(mdm, data, lambda m, b, g: imdm.one_step_mixture_nll(m, b, 1, g),
-                 150, 64, 1e-2, gen)
+    dd.fit_steps(
+        mdm, data, lambda m, b, g: imdm.one_step_mixture_nll(m, b, 1, g), 150, 64, 1e-2, gen
+    )
     floor = imdm.total_correlation_floor(v, length)
     with torch.no_grad():
         nll = float(imdm.one_step_mixture_nll(mdm, data[:500], 8, gen))  # type: ignore[arg-type]
@@ -233,6 +240,55 @@ def test_one_step_mixture_is_cross_entropy_for_mdm() -> None:
     ref = -(lp[torch.arange(L), x[0]].sum() + lp[torch.arange(L), x[1]].sum()) / 2
     got = imdm.one_step_mixture_nll(_Constant(logits), x, 7)  # type: ignore[arg-type]
     assert float(got) == pytest.approx(float(ref), rel=1e-5)
+
+
+def _mixture_nll_by_hand(
+    model: torch.nn.Module, x: torch.Tensor, eps: torch.Tensor, draws: int
+) -> torch.Tensor:
+    """``-mean_b log (1/K) Σ_k Π_i p(x_b^i | m, ε_{b,k})``: one forward per (b, k), in
+    probabilities (no log-sum-exp); ε row ``b·K + k`` belongs to data point ``b``."""
+    total = torch.zeros(())
+    for b in range(len(x)):
+        mix = torch.zeros(())
+        for k in range(draws):
+            row = torch.full((1, x.shape[1]), V, dtype=torch.long)
+            p = torch.softmax(model(row, eps[b * draws + k : b * draws + k + 1])[0], -1)
+            mix = mix + torch.prod(p[torch.arange(x.shape[1]), x[b]])
+        total = total - torch.log(mix / draws)
+    return total / len(x)
+
+
+@pytest.mark.parametrize("imdm_on", [True, False])
+def test_one_step_mixture_batched_equals_per_draw_loop(imdm_on: bool) -> None:
+    """The batched objective (and, without ε, the one-forward shortcut) equals the
+    straightforward per-(data point, draw) computation: value, gradient, generator state."""
+    model = _net(imdm=imdm_on)
+    if imdm_on:
+        _randomise_eps_mlp(model)  # ε matters, so a mis-paired ε row would show
+    x = torch.tensor([[0, 1, 2, 3], [4, 4, 4, 4], [2, 2, 0, 1]])
+    draws = 5
+    gen = torch.Generator().manual_seed(3)
+    got = imdm.one_step_mixture_nll(model, x, draws, gen)  # type: ignore[arg-type]
+    g_got = torch.autograd.grad(
+        got, [p for p in model.parameters() if p.requires_grad], allow_unused=True
+    )
+    after = torch.rand(4, generator=gen)
+    ref_gen = torch.Generator().manual_seed(3)
+    eps = model.sample_eps(len(x) * draws, ref_gen)  # type: ignore[operator]
+    ref = _mixture_nll_by_hand(model, x, eps, draws)
+    g_ref = torch.autograd.grad(
+        ref, [p for p in model.parameters() if p.requires_grad], allow_unused=True
+    )
+    assert float(got.detach()) == pytest.approx(float(ref.detach()), rel=1e-5)
+    for a, b in zip(g_got, g_ref, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+    assert torch.equal(after, torch.rand(4, generator=ref_gen))  # same draws consumed
+    if imdm_on:  # ε changes the per-draw terms, so pairing ε rows wrongly would be caught
+        with torch.no_grad():
+            single = _mixture_nll_by_hand(model, x[:1], eps[:1], 1)
+            assert not torch.isclose(single, _mixture_nll_by_hand(model, x[:1], eps[1:2], 1))
 
 
 def test_product_aligned_probability_uniform() -> None:
@@ -260,8 +316,8 @@ def test_teacher_targets_record_the_step_of_unmasking() -> None:
     teacher = _Recorder(a, b)
     x_t = torch.full((500, L), V)
     x_t[:, 0] = 1
-    target = dd.teacher_targets(teacher, x_t, torch.zeros(500, L, 1), 1.0, 0.3,  # type: ignore[arg-type]
-                                2, torch.Generator().manual_seed(0))
+    eps, gen = torch.zeros(500, L, 1), torch.Generator().manual_seed(0)
+    target = dd.teacher_targets(teacher, x_t, eps, 1.0, 0.3, 2, gen)  # type: ignore[arg-type]
     after1 = teacher.inputs[1]
     la, lb = torch.log_softmax(a, -1).expand_as(target), torch.log_softmax(b, -1).expand_as(target)
     first = (x_t == V) & (after1 != V)
@@ -291,8 +347,15 @@ def test_sdtt_student_converges_to_a_fixed_teacher_distribution() -> None:
     student = _net(imdm=True)
     x = torch.randint(0, V, (256, L), generator=torch.Generator().manual_seed(0))
     gen = torch.Generator().manual_seed(0)
-    dd.fit_steps(student, x, lambda m, b, g: dd.sdtt_loss(m, teacher, b, 0.25, g),  # type: ignore[arg-type]
-                 200, 32, 1e-2, gen)
+    dd.fit_steps(
+        student,
+        x,
+        lambda m, b, g: dd.sdtt_loss(m, teacher, b, 0.25, g),  # type: ignore[arg-type]
+        200,
+        32,
+        1e-2,
+        gen,
+    )
     with torch.no_grad():
         got = torch.softmax(student(torch.full((1, L), V), student.sample_eps(1)), -1)
     assert torch.allclose(got, torch.softmax(target, -1), atol=0.05)
@@ -324,10 +387,16 @@ def test_learner_fit_score_and_bad_input() -> None:
     from flowerbed.clients.imdm_learner import ImdmLearner, ImdmParams
     from flowerbed.data.imdm_data import SyntheticAlignParams, synthetic_align
 
-    ds = synthetic_align(SyntheticAlignParams(vocab_size=4, length=3, n_train=64, n_test=32),
-                         seed=0)
-    p = ImdmParams(denoiser=DenoiserParams(hidden=16, layers=1, heads=2, noise_dim=4),
-                   steps=3, batch_size=8, eval_steps=(1,), eval_samples=16)
+    ds = synthetic_align(
+        SyntheticAlignParams(vocab_size=4, length=3, n_train=64, n_test=32), seed=0
+    )
+    p = ImdmParams(
+        denoiser=DenoiserParams(hidden=16, layers=1, heads=2, noise_dim=4),
+        steps=3,
+        batch_size=8,
+        eval_steps=(1,),
+        eval_samples=16,
+    )
     learner = ImdmLearner(p, scenario=_scenario())
     arrays, metrics = learner.fit({}, ds.x_train, ds.y_train, ds.meta, seed=0)
     assert "eps_mlp.fc2.weight" in arrays and math.isfinite(metrics["train_elbo"])
@@ -342,13 +411,19 @@ def test_federated_sdtt_round_picks_the_phase() -> None:
     from flowerbed.clients.imdm_learner import ImdmLearner, ImdmParams
     from flowerbed.data.imdm_data import SyntheticAlignParams, synthetic_align
 
-    ds = synthetic_align(SyntheticAlignParams(vocab_size=4, length=3, n_train=32, n_test=8),
-                         seed=0)
-    p = ImdmParams(denoiser=DenoiserParams(hidden=16, layers=1, heads=2, noise_dim=4),
-                   objective="sdtt", sdtt_start_steps=4, steps=2, batch_size=8)
+    ds = synthetic_align(SyntheticAlignParams(vocab_size=4, length=3, n_train=32, n_test=8), seed=0)
+    p = ImdmParams(
+        denoiser=DenoiserParams(hidden=16, layers=1, heads=2, noise_dim=4),
+        objective="sdtt",
+        sdtt_start_steps=4,
+        steps=2,
+        batch_size=8,
+    )
     learner = ImdmLearner(p, scenario=_scenario())
-    got = [learner._fit({}, ds.x_train, ds.meta, 0, server_round=r)[1]["student_steps"]
-           for r in (1, 2, 3)]
+    got = [
+        learner._fit({}, ds.x_train, ds.meta, 0, server_round=r)[1]["student_steps"]
+        for r in (1, 2, 3)
+    ]
     assert got == [2.0, 1.0, 1.0]
 
 

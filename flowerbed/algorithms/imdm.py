@@ -117,14 +117,23 @@ def one_step_mixture_nll(
     All positions masked (t = 1). For MDLM (ε ignored) it is plain per-token
     cross-entropy, whose optimum is the product of marginals; for IMDM it is an
     IWAE-style bound on the ε-mixture likelihood. Returns nats per sequence.
+
+    The ``B·K`` (data point, ε draw) pairs go through the network as one batch. A
+    denoiser that declares ``uses_eps = False`` (no ε-mask) gives the same logits for
+    every draw, so it is evaluated once per data point (``logsumexp`` of ``K`` equal
+    terms minus ``log K`` is that term); the ε draws are still taken, so the
+    generator ends in the same state either way.
     """
     import torch
 
     b = x.shape[0]
-    x_t = torch.full_like(x, model.mask_id)
-    xr = x.repeat_interleave(draws, 0)
     eps = model.sample_eps(b * draws, gen)
-    logp = torch.log_softmax(model(x_t.repeat_interleave(draws, 0), eps).float(), dim=-1)
+    if not getattr(model, "uses_eps", True):
+        logp = torch.log_softmax(model(torch.full_like(x, model.mask_id)).float(), dim=-1)
+        return -logp.gather(-1, x.unsqueeze(-1)).squeeze(-1).sum(-1).mean()
+    x_t = torch.full((b * draws, x.shape[1]), model.mask_id, dtype=x.dtype)
+    xr = x.repeat_interleave(draws, 0)
+    logp = torch.log_softmax(model(x_t, eps).float(), dim=-1)
     seq = logp.gather(-1, xr.unsqueeze(-1)).squeeze(-1).sum(-1).view(b, draws)
     return -(torch.logsumexp(seq, dim=1) - math.log(draws)).mean()
 
@@ -145,7 +154,8 @@ def posterior_probs(alpha_t: float, alpha_s: float, kind: Posterior = "imdm") ->
     """IMDM's keep / reset / unmask split, or MDLM's (reset = 0, keep = stay-masked)."""
     if not 0 <= alpha_t <= alpha_s <= 1 or alpha_t >= 1:
         raise ValueError(
-            f"need 0 <= alpha_t <= alpha_s <= 1, alpha_t < 1; got {alpha_t}, {alpha_s}")
+            f"need 0 <= alpha_t <= alpha_s <= 1, alpha_t < 1; got {alpha_t}, {alpha_s}"
+        )
     denom = 1 - alpha_t
     unmask = (alpha_s - alpha_t) / denom
     if kind == "mdlm":
@@ -234,8 +244,9 @@ def sample(
     return x
 
 
-def one_step_greedy(model: Denoiser, n: int, length: int,
-                    gen: torch.Generator | None = None) -> torch.Tensor:
+def one_step_greedy(
+    model: Denoiser, n: int, length: int, gen: torch.Generator | None = None
+) -> torch.Tensor:
     """One-step argmax decoding from all-masked: ``argmax_v p_θ(v | m, ε)`` per position."""
     import torch
 

@@ -61,7 +61,8 @@ def teacher_targets(
         for j in range(n_steps):
             t_j = t - j * dt
             x_next, eps_next, logp = ancestral_step(
-                teacher, x_cur, eps_cur, t_j, max(t_j - dt, EPS_MIN), gen, kind)
+                teacher, x_cur, eps_cur, t_j, max(t_j - dt, EPS_MIN), gen, kind
+            )
             if target is None:
                 target = logp.clone()
             newly = (x_cur == teacher.mask_id) & (x_next != teacher.mask_id)
@@ -73,8 +74,9 @@ def teacher_targets(
     return target
 
 
-def kl_backward(student_logits: torch.Tensor, target_logp: torch.Tensor,
-                masked: torch.Tensor) -> torch.Tensor:
+def kl_backward(
+    student_logits: torch.Tensor, target_logp: torch.Tensor, masked: torch.Tensor
+) -> torch.Tensor:
     """Mean over masked positions of KL(student ‖ teacher) = Σ_v s_v (log s_v - log t_v)."""
     import torch
 
@@ -110,7 +112,8 @@ def sdtt_phases(start_steps: int, n_teacher_steps: int = 2) -> list[int]:
     """Teacher step counts per phase: ``start, start/2, …`` until the student takes one step."""
     if start_steps < n_teacher_steps or start_steps & (start_steps - 1):
         raise ValueError(
-            f"start_steps must be a power of two >= {n_teacher_steps}, got {start_steps}")
+            f"start_steps must be a power of two >= {n_teacher_steps}, got {start_steps}"
+        )
     out, n = [], start_steps
     while n >= n_teacher_steps:
         out.append(n)
@@ -183,8 +186,13 @@ def distill(
         dt = (1 - EPS_MIN) / n
         frozen = teacher
 
-        def loss(model: torch.nn.Module, batch: torch.Tensor, g: torch.Generator,
-                 dt: float = dt, frozen: torch.nn.Module = frozen) -> torch.Tensor:
+        def loss(
+            model: torch.nn.Module,
+            batch: torch.Tensor,
+            g: torch.Generator,
+            dt: float = dt,
+            frozen: torch.nn.Module = frozen,
+        ) -> torch.Tensor:
             return sdtt_loss(model, frozen, batch, dt, g, n_teacher_steps, fix_eps)  # type: ignore[arg-type]
 
         def tick(step: int, value: float, n: int = n) -> None:
@@ -192,7 +200,8 @@ def distill(
                 progress(n // n_teacher_steps, step, value)
 
         out[f"phase{n // n_teacher_steps}"] = fit_steps(
-            student, data, loss, steps_per_phase, batch_size, lr, gen, progress=tick)
+            student, data, loss, steps_per_phase, batch_size, lr, gen, progress=tick
+        )
         teacher = copy.deepcopy(student).eval()
         for p in teacher.parameters():
             p.requires_grad_(False)

@@ -89,12 +89,22 @@ class Denoiser(nn.Module):
                 self.eps_mu = nn.Parameter(torch.zeros(cfg.noise_dim))
                 self.eps_log_sigma = nn.Parameter(torch.zeros(cfg.noise_dim))
         layer = nn.TransformerEncoderLayer(
-            cfg.hidden, cfg.heads, dim_feedforward=4 * cfg.hidden, dropout=0.0,
-            activation="gelu", batch_first=True, norm_first=True,
+            cfg.hidden,
+            cfg.heads,
+            dim_feedforward=4 * cfg.hidden,
+            dropout=0.0,
+            activation="gelu",
+            batch_first=True,
+            norm_first=True,
         )
         self.blocks = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(cfg.hidden)
         self.head = nn.Linear(cfg.hidden, cfg.vocab_size)
+
+    @property
+    def uses_eps(self) -> bool:
+        """Whether the output can depend on ε (False for MDLM: no ε-mask module)."""
+        return self.eps_mlp is not None or self.eps_table is not None
 
     # -- noise -------------------------------------------------------------------------------
 
@@ -149,8 +159,11 @@ def build_denoiser(cfg: DenoiserConfig, seed: int) -> Denoiser:
 def load_mdlm_into_imdm(imdm: Denoiser, mdlm_state: dict[str, torch.Tensor]) -> None:
     """Load MDLM weights into an IMDM; only ε-mask parameters may be absent from the state."""
     missing, unexpected = imdm.load_state_dict(mdlm_state, strict=False)
-    bad = [k for k in missing if not k.startswith(("eps_mlp.", "eps_table.", "eps_mu",
-                                                   "eps_log_sigma"))]
+    bad = [
+        k
+        for k in missing
+        if not k.startswith(("eps_mlp.", "eps_table.", "eps_mu", "eps_log_sigma"))
+    ]
     if bad or unexpected:
         raise ValueError(f"checkpoint does not fit: missing {bad[:3]}, unexpected {unexpected[:3]}")
 
@@ -158,4 +171,3 @@ def load_mdlm_into_imdm(imdm: Denoiser, mdlm_state: dict[str, torch.Tensor]) -> 
 def num_parameters(module: nn.Module) -> int:
     """Trainable parameter count."""
     return sum(p.numel() for p in module.parameters())
-
