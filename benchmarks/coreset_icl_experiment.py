@@ -50,65 +50,128 @@ from flowerbed.data.base import ClientData
 OUT = Path(__file__).resolve().parent / "results" / "coreset_icl"
 BUDGETS = (8, 18, 50, 100)
 SEEDS = (0, 1, 2, 3, 4)
-LM_METHODS = ("pacs", "pacs_full", "random", "kmeans", "kcenter", "fast_votek", "votek",
-              "subsa", "mfl")
-PROXY_METHODS = ("pacs", "pacs_fixed", "pacs_full", "random", "kmeans", "kcenter",
-                 "diversity", "fast_votek", "subsa", "mfl")
-SUPERSENSE6 = ("noun.animal", "noun.plant", "noun.food", "noun.person", "noun.location",
-               "noun.artifact")
+LM_METHODS = (
+    "pacs",
+    "pacs_full",
+    "random",
+    "kmeans",
+    "kcenter",
+    "fast_votek",
+    "votek",
+    "subsa",
+    "mfl",
+)
+PROXY_METHODS = (
+    "pacs",
+    "pacs_fixed",
+    "pacs_full",
+    "random",
+    "kmeans",
+    "kcenter",
+    "diversity",
+    "fast_votek",
+    "subsa",
+    "mfl",
+)
+SUPERSENSE6 = (
+    "noun.animal",
+    "noun.plant",
+    "noun.food",
+    "noun.person",
+    "noun.location",
+    "noun.artifact",
+)
 FORTUNES6 = ("computers", "food", "law", "love", "politics", "sports")
 #: task -> (dataset spec, demonstration template, label words)
 TASKS: dict[str, tuple[dict, str, tuple[str, ...]]] = {
-    "supersense": ({"name": "wordnet_supersense", "lexnames": SUPERSENSE6},
-                   "Definition: {x}\nCategory: {y}\n\n", ()),
-    "fortunes": ({"name": "fortunes", "categories": FORTUNES6},
-                 "Quote: {x}\nTopic: {y}\n\n", ()),
+    "supersense": (
+        {"name": "wordnet_supersense", "lexnames": SUPERSENSE6},
+        "Definition: {x}\nCategory: {y}\n\n",
+        (),
+    ),
+    "fortunes": ({"name": "fortunes", "categories": FORTUNES6}, "Quote: {x}\nTopic: {y}\n\n", ()),
     "sentiment": ({"name": "negation_sentiment"}, "Review: {x}\nSentiment: {y}\n\n", ()),
-    "antsyn": ({"name": "antonym_synonym"}, "Words: {x}\nRelation: {y}\n\n",
-               ("opposite", "similar")),
+    "antsyn": (
+        {"name": "antonym_synonym"},
+        "Words: {x}\nRelation: {y}\n\n",
+        ("opposite", "similar"),
+    ),
 }
 #: spec methods_b.md §6.4 (digits, PCA-32, kNN-vote proxy): method -> (B=18, B=50) accuracy
-SPEC_DIGITS = {"random": (0.542, 0.780), "kcenter": (0.654, 0.851), "kmeans": (0.811, 0.893),
-               "fast_votek": (0.614, 0.784), "subsa": (0.330, 0.709),
-               "pacs_fixed": (0.760, 0.879), "pacs_full": (0.822, 0.891)}
-SPEC_DIGITS_PERIPHERAL = {"random": (0.04, 0.08), "kcenter": (0.29, 0.40),
-                          "kmeans": (0.00, 0.00), "fast_votek": (0.04, 0.04),
-                          "subsa": (0.21, 0.19), "pacs_fixed": (0.00, 0.00)}
+SPEC_DIGITS = {
+    "random": (0.542, 0.780),
+    "kcenter": (0.654, 0.851),
+    "kmeans": (0.811, 0.893),
+    "fast_votek": (0.614, 0.784),
+    "subsa": (0.330, 0.709),
+    "pacs_fixed": (0.760, 0.879),
+    "pacs_full": (0.822, 0.891),
+}
+SPEC_DIGITS_PERIPHERAL = {
+    "random": (0.04, 0.08),
+    "kcenter": (0.29, 0.40),
+    "kmeans": (0.00, 0.00),
+    "fast_votek": (0.04, 0.04),
+    "subsa": (0.21, 0.19),
+    "pacs_fixed": (0.00, 0.00),
+}
 
 
 def client_data(task: str, seed: int, pool: int, queries: int) -> ClientData:
     spec, _, _ = TASKS[task]
     entry = registry.get("dataset", spec["name"])
-    ds = entry.target(entry.params(**spec, n_train=pool, n_test=queries), seed=seed)
-    return ClientData(-1, ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.meta,
-                      text_train=ds.text_train, text_test=ds.text_test)
+    ds = entry.target(
+        entry.params.model_validate({**spec, "n_train": pool, "n_test": queries}), seed=seed
+    )
+    return ClientData(
+        -1,
+        ds.x_train,
+        ds.y_train,
+        ds.x_test,
+        ds.y_test,
+        ds.meta,
+        text_train=ds.text_train,
+        text_test=ds.text_test,
+    )
 
 
 def learner(task: str, **kw) -> CoresetIclLearner:
     _, template, words = TASKS[task]
-    params = CoresetIclParams(template=template, label_words=words, max_words=25,
-                              random_share=10, votek_pool=150, **kw)
+    params = CoresetIclParams(
+        template=template, label_words=words, max_words=25, random_share=10, votek_pool=150, **kw
+    )
     return CoresetIclLearner(params, scenario=None)  # type: ignore[arg-type]
 
 
 def select(method: str, pool: Pool, budget: int, seed: int, conf=None) -> tuple[np.ndarray, float]:
     start = time.perf_counter()
-    idx = cb.select(method, pool.emb, budget, seed=derive_seed(seed, "bench", method, budget),
-                    graph=pool.graph, confidence=conf)
+    idx = cb.select(
+        method,
+        pool.emb,
+        budget,
+        seed=derive_seed(seed, "bench", method, budget),
+        graph=pool.graph,
+        confidence=conf,
+    )
     return np.asarray(idx), time.perf_counter() - start
 
 
 def diagnostics(pool: Pool, idx: np.ndarray) -> dict:
-    return {"peripheral": cd.peripheral_fraction(pool.density, idx),
-            "redundancy": cd.redundancy(pool.emb, idx),
-            "classes": len(set(pool.y[idx].tolist()))}
+    assert pool.density is not None
+    return {
+        "peripheral": cd.peripheral_fraction(pool.density, idx),
+        "redundancy": cd.redundancy(pool.emb, idx),
+        "classes": len(set(pool.y[idx].tolist())),
+    }
 
 
 def done_cells(path: Path) -> set[tuple]:
     if not path.exists():
         return set()
-    return {(r["task"], r["seed"], r["method"], r["budget"])
-            for r in map(json.loads, path.read_text().splitlines())}
+    return {
+        (r["task"], r["seed"], r["method"], r["budget"])
+        for r in map(json.loads, path.read_text().splitlines())
+    }
 
 
 # --- lm ------------------------------------------------------------------------------------
@@ -119,8 +182,9 @@ def run_lm(args: argparse.Namespace) -> None:
     have = done_cells(path)
     for seed in args.seeds:
         for task in args.tasks:
-            todo = [(m, b) for b in args.budgets for m in args.methods
-                    if (task, seed, m, b) not in have]
+            todo = [
+                (m, b) for b in args.budgets for m in args.methods if (task, seed, m, b) not in have
+            ]
             zero = (task, seed, "zero_shot", 0) not in have
             if not todo and not zero:
                 continue
@@ -136,17 +200,34 @@ def run_lm(args: argparse.Namespace) -> None:
                 if method == "zero_shot":
                     idx, sel_s = np.zeros(0, dtype=np.int64), 0.0
                 else:
-                    conf = (lrn.confidence(pool, words, derive_seed(seed, "votek", budget))
-                            if method == "votek" else None)
+                    conf = (
+                        lrn.confidence(pool, words, derive_seed(seed, "votek", budget))
+                        if method == "votek"
+                        else None
+                    )
                     idx, sel_s = select(method, pool, budget, seed, conf)
-                accs = lrn.score_bank(pool, [pool.x[i] for i in idx], pool.y[idx],
-                                      pool.emb[idx], words, seed, f"{method}@{budget}")
-                row = {"task": task, "seed": seed, "method": method, "budget": budget,
-                       "acc_retrieved": accs[f"acc_retrieved.{method}@{budget}"],
-                       "acc_random": accs[f"acc_random.{method}@{budget}"],
-                       "n_queries": len(pool.qx), "select_s": sel_s,
-                       "wall_s": time.perf_counter() - start,
-                       **(diagnostics(pool, idx) if len(idx) >= 2 else {})}
+                accs = lrn.score_bank(
+                    pool,
+                    [pool.x[i] for i in idx],
+                    pool.y[idx],
+                    pool.emb[idx],
+                    words,
+                    seed,
+                    f"{method}@{budget}",
+                )
+                row = {
+                    "task": task,
+                    "seed": seed,
+                    "method": method,
+                    "budget": budget,
+                    "acc_retrieved": accs[f"acc_retrieved.{method}@{budget}"],
+                    "acc_random": accs[f"acc_random.{method}@{budget}"],
+                    "n_queries": len(pool.qx),
+                    "select_s": sel_s,
+                    "scoring": lrn.p.scoring,
+                    "wall_s": time.perf_counter() - start,
+                    **(diagnostics(pool, idx) if len(idx) >= 2 else {}),
+                }
                 with path.open("a") as fh:
                     fh.write(json.dumps(row) + "\n")
                 print(json.dumps(row), flush=True)
@@ -157,9 +238,11 @@ def run_lm(args: argparse.Namespace) -> None:
 
 def proxy_cell(emb, y, qemb, qy, idx, graph, num_classes) -> dict:
     pred = cd.knn_vote(emb[idx], y[idx], qemb, 4, num_classes)
-    return {"acc": float(np.mean(pred == qy)),
-            "peripheral": cd.peripheral_fraction(graph.density(cs.DENSITY_K), idx),
-            "redundancy": cd.redundancy(emb, idx)}
+    return {
+        "acc": float(np.mean(pred == qy)),
+        "peripheral": cd.peripheral_fraction(graph.density(cs.DENSITY_K), idx),
+        "redundancy": cd.redundancy(emb, idx),
+    }
 
 
 def run_proxy(args: argparse.Namespace) -> None:
@@ -171,9 +254,23 @@ def run_proxy(args: argparse.Namespace) -> None:
             for budget in args.budgets:
                 for method in PROXY_METHODS:
                     idx, _ = select(method, pool, budget, seed)
-                    rows.append({"task": task, "seed": seed, "method": method, "budget": budget,
-                                 **proxy_cell(pool.emb, pool.y, pool.qemb, pool.qy, idx,
-                                              pool.graph, len(data.meta.class_names or ()))})
+                    rows.append(
+                        {
+                            "task": task,
+                            "seed": seed,
+                            "method": method,
+                            "budget": budget,
+                            **proxy_cell(
+                                pool.emb,
+                                pool.y,
+                                pool.qemb,
+                                pool.qy,
+                                idx,
+                                pool.graph,
+                                len(data.meta.class_names or ()),
+                            ),
+                        }
+                    )
             print(f"proxy {task} seed {seed} done", flush=True)
     if args.embedding == "minilm":
         rows += digits_check(args)
@@ -198,9 +295,15 @@ def digits_check(args: argparse.Namespace) -> list[dict]:
         for budget in (18, 50):
             for method in PROXY_METHODS:
                 idx = np.asarray(cb.select(method, emb, budget, seed=split, graph=graph))
-                rows.append({"task": "digits", "seed": split, "method": method,
-                             "budget": budget,
-                             **proxy_cell(emb, y[tr], qemb, y[te], idx, graph, 10)})
+                rows.append(
+                    {
+                        "task": "digits",
+                        "seed": split,
+                        "method": method,
+                        "budget": budget,
+                        **proxy_cell(emb, y[tr], qemb, y[te], idx, graph, 10),
+                    }
+                )
     return rows
 
 
@@ -216,25 +319,40 @@ def synthetic_pool(n: int, d: int = 384, centers: int = 50, seed: int = 0) -> np
 
 
 def run_timing(args: argparse.Namespace) -> None:
-    rows = []
+    rows: list[dict] = []
     budget = 100
     for n in args.sizes:
         emb = synthetic_pool(n)
         reach = cs.kernel_reach(n, budget, "budget")
         start, cpu = time.perf_counter(), time.process_time()
         graph = cs.knn_graph(emb, cb.VOTEK_K, ranks=(reach,))
-        row = {"n": n, "budget": budget, "load_avg": os.getloadavg()[0],
-               "knn_graph_k150_s": time.perf_counter() - start,
-               "knn_graph_k150_cpu_s": time.process_time() - cpu}
-        for method in ("pacs", "pacs_dense", "pacs_full", "pacs_full_dense", "random", "kmeans",
-                       "kcenter", "fast_votek", "subsa", "mfl"):
+        row = {
+            "n": n,
+            "budget": budget,
+            "load_avg": os.getloadavg()[0],
+            "knn_graph_k150_s": time.perf_counter() - start,
+            "knn_graph_k150_cpu_s": time.process_time() - cpu,
+        }
+        for method in (
+            "pacs",
+            "pacs_dense",
+            "pacs_full",
+            "pacs_full_dense",
+            "random",
+            "kmeans",
+            "kcenter",
+            "fast_votek",
+            "subsa",
+            "mfl",
+        ):
             if method == "mfl" and n > args.mfl_max:
                 row["mfl_s"] = None  # exact facility location touches all n^2 pairs
                 continue
             start, cpu = time.perf_counter(), time.process_time()
             if method in ("pacs_full", "pacs_full_dense"):
-                sel = cs.pacs_select(emb, budget, graph=graph, support="full",
-                                     lazy=method == "pacs_full")
+                sel = cs.pacs_select(
+                    emb, budget, graph=graph, support="full", lazy=method == "pacs_full"
+                )
                 row[f"{method}_evals"] = sel.evaluations
             elif method == "pacs_dense":
                 sel = cs.pacs_select(emb, budget, graph=graph, lazy=False)
@@ -266,14 +384,24 @@ def run_federated(args: argparse.Namespace) -> None:
     rows = json.loads(path.read_text()) if path.exists() else []
     for scenario in args.scenarios:
         for seed in args.fed_seeds:
-            if any(r["scenario"] == scenario and r["seed"] == seed
-                   and r.get("overrides", []) == args.fed_set for r in rows):
+            if any(
+                r["scenario"] == scenario
+                and r["seed"] == seed
+                and r.get("overrides", []) == args.fed_set
+                for r in rows
+            ):
                 continue
             start = time.perf_counter()
             result = flowerbed.run(scenario, [f"seed={seed}", *args.fed_set], save=False)
-            rows.append({"scenario": scenario, "seed": seed, "overrides": args.fed_set,
-                         "wall_s": time.perf_counter() - start,
-                         "results": result.summary["results"]})
+            rows.append(
+                {
+                    "scenario": scenario,
+                    "seed": seed,
+                    "overrides": args.fed_set,
+                    "wall_s": time.perf_counter() - start,
+                    "results": result.summary["results"],
+                }
+            )
             print(json.dumps(rows[-1], default=float)[:2000], flush=True)
             path.write_text(json.dumps(rows, indent=1, default=float))
 
@@ -291,118 +419,192 @@ def lm_tables(rows: list[dict]) -> list[str]:
     tasks = [t for t in TASKS if any(r["task"] == t for r in rows)]
     methods = [m for m in LM_METHODS if any(r["method"] == m for r in rows)]
     for mode in ("acc_retrieved", "acc_random"):
-        out += [f"\n### SmolLM2 ICL accuracy, {mode.split('_')[1]} demonstrations "
-                "(mean ± sd over seeds; best mean per cell in bold)\n"]
+        out += [
+            f"\n### SmolLM2 ICL accuracy, {mode.split('_')[1]} demonstrations "
+            "(mean ± sd over seeds; best mean per cell in bold)\n"
+        ]
         header = "| task | B | seeds | zero-shot | " + " | ".join(methods) + " |"
         out += [header, "|" + "---|" * (4 + len(methods))]
         wins = {m: 0 for m in methods}
         for task in tasks:
             zs = [r[mode] for r in rows if r["task"] == task and r["method"] == "zero_shot"]
             for b in BUDGETS:
-                cell = {m: [r[mode] for r in rows if r["task"] == task and r["budget"] == b
-                            and r["method"] == m] for m in methods}
+                cell = {
+                    m: [
+                        r[mode]
+                        for r in rows
+                        if r["task"] == task and r["budget"] == b and r["method"] == m
+                    ]
+                    for m in methods
+                }
                 if not any(cell.values()):
                     continue
                 means = {m: np.mean(v) for m, v in cell.items() if v}
                 best = max(means.values())
                 for m, v in means.items():
                     wins[m] += int(v == best)
-                seeds = max(len(v) for v in cell.values())
-                out.append(f"| {task} | {b} | {seeds} | {np.mean(zs):.3f} | " + " | ".join(
-                    (f"**{mean_sd(cell[m])}**" if cell[m] and means[m] == best
-                     else mean_sd(cell[m])) for m in methods) + " |")
-        out.append("\nbest (ties count for each): " + ", ".join(f"{m} {w}"
-                                                                for m, w in wins.items()))
-        cells = sum(1 for t in tasks for b in BUDGETS
-                    if any(r["task"] == t and r["budget"] == b and r["method"] in methods
-                           for r in rows))
-        out.append(f"\npaper (abstract, no numbers): PACS gives the best ICL on 7 NLP datasets; "
-                   f"here pacs is best or tied in {wins.get('pacs', 0)} of {cells} "
-                   f"(task, budget) cells, {mode.split('_')[1]} demonstrations")
-    out += ["\n### Peripheral share / redundancy of the coresets (LM pools, mean over "
-            "tasks and seeds)\n", "| B | " + " | ".join(methods) + " |",
-            "|" + "---|" * (1 + len(methods))]
+                counts = sorted({len(v) for v in cell.values() if v})
+                seeds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+                out.append(
+                    f"| {task} | {b} | {seeds} | {np.mean(zs):.3f} | "
+                    + " | ".join(
+                        (
+                            f"**{mean_sd(cell[m])}**"
+                            if cell[m] and means[m] == best
+                            else mean_sd(cell[m])
+                        )
+                        for m in methods
+                    )
+                    + " |"
+                )
+        out.append(
+            "\nbest (ties count for each): " + ", ".join(f"{m} {w}" for m, w in wins.items())
+        )
+        cells = sum(
+            1
+            for t in tasks
+            for b in BUDGETS
+            if any(r["task"] == t and r["budget"] == b and r["method"] in methods for r in rows)
+        )
+        out.append(
+            f"\npaper (abstract, no numbers): PACS gives the best ICL on 7 NLP datasets; "
+            f"here pacs is best or tied in {wins.get('pacs', 0)} of {cells} "
+            f"(task, budget) cells, {mode.split('_')[1]} demonstrations"
+        )
+    out += [
+        "\n### Peripheral share / redundancy of the coresets (LM pools, mean over "
+        "tasks and seeds)\n",
+        "| B | " + " | ".join(methods) + " |",
+        "|" + "---|" * (1 + len(methods)),
+    ]
     for b in BUDGETS:
-        cells = []
+        shares = []
         for m in methods:
             sel = [r for r in rows if r["budget"] == b and r["method"] == m and "peripheral" in r]
-            cells.append(f"{np.mean([r['peripheral'] for r in sel]):.2f} / "
-                         f"{np.mean([r['redundancy'] for r in sel]):.2f}" if sel else "—")
-        out.append(f"| {b} | " + " | ".join(cells) + " |")
+            shares.append(
+                f"{np.mean([r['peripheral'] for r in sel]):.2f} / "
+                f"{np.mean([r['redundancy'] for r in sel]):.2f}"
+                if sel
+                else "—"
+            )
+        out.append(f"| {b} | " + " | ".join(shares) + " |")
     return out
 
 
 def proxy_tables(rows: list[dict]) -> list[str]:
     out = ["\n### kNN-vote proxy (spec §6.4): accuracy / peripheral share, mean over seeds\n"]
     tasks = [t for t in [*TASKS, "digits"] if any(r["task"] == t for r in rows)]
-    out += ["| task | B | " + " | ".join(PROXY_METHODS) + " |",
-            "|" + "---|" * (2 + len(PROXY_METHODS))]
+    out += [
+        "| task | B | " + " | ".join(PROXY_METHODS) + " |",
+        "|" + "---|" * (2 + len(PROXY_METHODS)),
+    ]
     wins, beats, n_cells = 0, 0, 0
     for task in tasks:
         for b in BUDGETS:
-            cell = {m: [r for r in rows if r["task"] == task and r["budget"] == b
-                        and r["method"] == m] for m in PROXY_METHODS}
+            cell = {
+                m: [r for r in rows if r["task"] == task and r["budget"] == b and r["method"] == m]
+                for m in PROXY_METHODS
+            }
             if not any(cell.values()):
                 continue
             best = max(np.mean([r["acc"] for r in v]) for v in cell.values() if v)
             means = {m: np.mean([r["acc"] for r in v]) for m, v in cell.items() if v}
             n_cells += 1
             wins += int(means.get("pacs", -1.0) == best)
-            beats += int(all(means.get("pacs", -1.0) >= v for m, v in means.items()
-                             if not m.startswith("pacs")))
-            out.append(f"| {task} | {b} | " + " | ".join(
-                ("**" if np.mean([r["acc"] for r in v]) == best else "")
-                + f"{np.mean([r['acc'] for r in v]):.3f} / "
-                f"{np.mean([r['peripheral'] for r in v]):.2f}"
-                + ("**" if np.mean([r["acc"] for r in v]) == best else "")
-                if v else "—" for v in cell.values()) + " |")
-    out.append(f"\npacs best of all in {wins} of {n_cells} cells; at least as good as every "
-               f"non-PACS baseline in {beats} of {n_cells} (paper: best on 7 NLP datasets)")
+            beats += int(
+                all(
+                    means.get("pacs", -1.0) >= v
+                    for m, v in means.items()
+                    if not m.startswith("pacs")
+                )
+            )
+            out.append(
+                f"| {task} | {b} | "
+                + " | ".join(
+                    ("**" if np.mean([r["acc"] for r in v]) == best else "")
+                    + f"{np.mean([r['acc'] for r in v]):.3f} / "
+                    f"{np.mean([r['peripheral'] for r in v]):.2f}"
+                    + ("**" if np.mean([r["acc"] for r in v]) == best else "")
+                    if v
+                    else "—"
+                    for v in cell.values()
+                )
+                + " |"
+            )
+    out.append(
+        f"\npacs best of all in {wins} of {n_cells} cells; at least as good as every "
+        f"non-PACS baseline in {beats} of {n_cells} (paper: best on 7 NLP datasets)"
+    )
     dig = [r for r in rows if r["task"] == "digits"]
     if dig:
-        out += ["\n### Digits check against the spec's probe (accuracy, B = 18 / 50)\n",
-                "| method | spec | ours | spec peripheral | ours peripheral |",
-                "|---|---|---|---|---|"]
+        out += [
+            "\n### Digits check against the spec's probe (accuracy, B = 18 / 50)\n",
+            "| method | spec | ours | spec peripheral | ours peripheral |",
+            "|---|---|---|---|---|",
+        ]
         for m in PROXY_METHODS:
-            ours = [np.mean([r["acc"] for r in dig if r["method"] == m and r["budget"] == b])
-                    for b in (18, 50)]
-            per = [np.mean([r["peripheral"] for r in dig if r["method"] == m
-                            and r["budget"] == b]) for b in (18, 50)]
+            ours = [
+                np.mean([r["acc"] for r in dig if r["method"] == m and r["budget"] == b])
+                for b in (18, 50)
+            ]
+            per = [
+                np.mean([r["peripheral"] for r in dig if r["method"] == m and r["budget"] == b])
+                for b in (18, 50)
+            ]
             spec, sp = SPEC_DIGITS.get(m), SPEC_DIGITS_PERIPHERAL.get(m)
             spec_s = f"{spec[0]:.3f} / {spec[1]:.3f}" if spec else "—"
             sp_s = f"{sp[0]:.2f} / {sp[1]:.2f}" if sp else "—"
-            out.append(f"| {m} | {spec_s} | {ours[0]:.3f} / {ours[1]:.3f} | {sp_s} | "
-                       f"{per[0]:.2f} / {per[1]:.2f} |")
+            out.append(
+                f"| {m} | {spec_s} | {ours[0]:.3f} / {ours[1]:.3f} | {sp_s} | "
+                f"{per[0]:.2f} / {per[1]:.2f} |"
+            )
     return out
 
 
 def federated_tables(rows: list[dict]) -> list[str]:
-    out = ["\n### Federated vs local-only vs centralized selection (same queries, one run each)\n",
-           "| scenario | seed | bank | demos | local_only | federated | centralized | "
-           "federated - centralized |", "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "\n### Federated vs local-only vs centralized selection (same queries, one run each)\n",
+        "| scenario | seed | bank | demos | local_only | federated | centralized | "
+        "federated - centralized |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         res = r["results"]
         fed = res.get("federated", {})
-        names = sorted({k.split(".", 1)[1] for k in fed if k.startswith("test/acc_")
-                        and not k.endswith(("_mean", "_std", "_min", "_max"))})
+        names = sorted(
+            {
+                k.split(".", 1)[1]
+                for k in fed
+                if k.startswith("test/acc_") and not k.endswith(("_mean", "_std", "_min", "_max"))
+            }
+        )
         for name in names:
             for mode in ("retrieved", "random"):
                 key = f"test/acc_{mode}.{name}"
                 if key not in fed:
                     continue
-                vals = [res.get(src, {}).get(key) for src in ("local_only", "federated",
-                                                              "centralized")]
-                gap = (f"{vals[1] - vals[2]:+.3f}" if vals[1] is not None and vals[2] is not None
-                       else "—")
-                out.append(f"| {Path(r['scenario']).stem} | {r['seed']} | {name} | {mode} | "
-                           + " | ".join("—" if v is None else f"{v:.3f}" for v in vals)
-                           + f" | {gap} |")
-        out.append(f"| {Path(r['scenario']).stem} | {r['seed']} | wall {r['wall_s']:.0f} s "
-                   "| | | | | |")
+                vals = [
+                    res.get(src, {}).get(key) for src in ("local_only", "federated", "centralized")
+                ]
+                gap = (
+                    f"{vals[1] - vals[2]:+.3f}"
+                    if vals[1] is not None and vals[2] is not None
+                    else "—"
+                )
+                out.append(
+                    f"| {Path(r['scenario']).stem} | {r['seed']} | {name} | {mode} | "
+                    + " | ".join("—" if v is None else f"{v:.3f}" for v in vals)
+                    + f" | {gap} |"
+                )
+        out.append(
+            f"| {Path(r['scenario']).stem} | {r['seed']} | wall {r['wall_s']:.0f} s | | | | | |"
+        )
     for r in rows:
         if r.get("overrides"):
-            out.append(f"\n{Path(r['scenario']).stem}, seed {r['seed']}: run with "
-                       + " ".join(f"`{o}`" for o in r["overrides"]))
+            out.append(
+                f"\n{Path(r['scenario']).stem}, seed {r['seed']}: run with "
+                + " ".join(f"`{o}`" for o in r["overrides"])
+            )
     return out
 
 
@@ -414,19 +616,36 @@ def plot_lm(rows: list[dict], path: Path) -> None:
 
     tasks = [t for t in TASKS if any(r["task"] == t for r in rows)]
     methods = [m for m in LM_METHODS if any(r["method"] == m for r in rows)]
-    fig, axes = plt.subplots(3, len(tasks), figsize=(max(10.0, 4.2 * len(tasks)), 11.0),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        3, len(tasks), figsize=(max(10.0, 4.2 * len(tasks)), 11.0), squeeze=False
+    )
     colors = plt.get_cmap("tab10")
     for col, task in enumerate(tasks):
         for row_i, mode in enumerate(("acc_retrieved", "acc_random")):
             ax = axes[row_i][col]
             for i, m in enumerate(methods):
-                bs = [b for b in BUDGETS if any(r["task"] == task and r["method"] == m
-                                                and r["budget"] == b for r in rows)]
-                ys = [np.mean([r[mode] for r in rows if r["task"] == task and r["method"] == m
-                               and r["budget"] == b]) for b in bs]
-                style = dict(lw=2.6, color="black") if m == "pacs" else dict(
-                    lw=1.2, color=colors(i), alpha=0.85)
+                bs = [
+                    b
+                    for b in BUDGETS
+                    if any(
+                        r["task"] == task and r["method"] == m and r["budget"] == b for r in rows
+                    )
+                ]
+                ys = [
+                    np.mean(
+                        [
+                            r[mode]
+                            for r in rows
+                            if r["task"] == task and r["method"] == m and r["budget"] == b
+                        ]
+                    )
+                    for b in bs
+                ]
+                style = (
+                    dict(lw=2.6, color="black")
+                    if m == "pacs"
+                    else dict(lw=1.2, color=colors(i), alpha=0.85)
+                )
                 ax.plot(bs, ys, marker="o", ms=3.5, label=m, **style)
             zs = [r[mode] for r in rows if r["task"] == task and r["method"] == "zero_shot"]
             if zs:
@@ -435,12 +654,26 @@ def plot_lm(rows: list[dict], path: Path) -> None:
             ax.set_ylabel("ICL accuracy (SmolLM2-135M)")
         ax = axes[2][col]
         for i, m in enumerate(methods):
-            bs = [b for b in BUDGETS if any(r["task"] == task and r["method"] == m
-                                            and r["budget"] == b for r in rows)]
-            ys = [np.mean([r.get("peripheral", np.nan) for r in rows if r["task"] == task
-                           and r["method"] == m and r["budget"] == b]) for b in bs]
-            style = dict(lw=2.6, color="black") if m == "pacs" else dict(
-                lw=1.2, color=colors(i), alpha=0.85)
+            bs = [
+                b
+                for b in BUDGETS
+                if any(r["task"] == task and r["method"] == m and r["budget"] == b for r in rows)
+            ]
+            ys = [
+                np.mean(
+                    [
+                        r.get("peripheral", np.nan)
+                        for r in rows
+                        if r["task"] == task and r["method"] == m and r["budget"] == b
+                    ]
+                )
+                for b in bs
+            ]
+            style = (
+                dict(lw=2.6, color="black")
+                if m == "pacs"
+                else dict(lw=1.2, color=colors(i), alpha=0.85)
+            )
             ax.plot(bs, ys, marker="o", ms=3.5, label=m, **style)
         ax.set_title(f"{task}: coreset in the pool's 10% lowest densities", fontsize=10)
         ax.set_ylabel("peripheral share")
@@ -486,9 +719,14 @@ def run_report(args: argparse.Namespace) -> None:
     if timing.exists():
         lines += ["\n### Selection time (s), B = 100, synthetic 384-d pools\n"]
         for row in json.loads(timing.read_text()):
-            lines.append(f"- n = {row['n']}: " + ", ".join(
-                f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
-                for k, v in row.items() if k not in ("n", "budget") and v is not None))
+            lines.append(
+                f"- n = {row['n']}: "
+                + ", ".join(
+                    f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                    for k, v in row.items()
+                    if k not in ("n", "budget") and v is not None
+                )
+            )
     text = "\n".join(lines)
     (args.out / "report.md").write_text(text + "\n")
     print(text)
@@ -506,20 +744,43 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=300, help="held-out rows (proxy uses all)")
     ap.add_argument("--lm-queries", type=int, default=30, help="of which the LM answers")
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
-    ap.add_argument("--mfl-max", type=int, default=20_000,
-                    help="timing: largest pool facility location is timed on")
-    ap.add_argument("--scenarios", nargs="+", default=[
-        "scenarios/coreset_icl/supersense.yaml", "scenarios/coreset_icl/sentiment_reselect.yaml"])
+    ap.add_argument(
+        "--mfl-max",
+        type=int,
+        default=20_000,
+        help="timing: largest pool facility location is timed on",
+    )
+    ap.add_argument(
+        "--scenarios",
+        nargs="+",
+        default=[
+            "scenarios/coreset_icl/supersense.yaml",
+            "scenarios/coreset_icl/sentiment_reselect.yaml",
+        ],
+    )
     ap.add_argument("--fed-seeds", type=int, nargs="+", default=[0])
-    ap.add_argument("--fed-set", nargs="*", default=[],
-                    help="federated: scenario overrides, e.g. learner.selectors=[pacs,random]")
-    ap.add_argument("--embedding", choices=["minilm", "lm_mean"], default="minilm",
-                    help="proxy: pool embeddings (lm_mean: SmolLM2's mean last hidden state)")
+    ap.add_argument(
+        "--fed-set",
+        nargs="*",
+        default=[],
+        help="federated: scenario overrides, e.g. learner.selectors=[pacs,random]",
+    )
+    ap.add_argument(
+        "--embedding",
+        choices=["minilm", "lm_mean"],
+        default="minilm",
+        help="proxy: pool embeddings (lm_mean: SmolLM2's mean last hidden state)",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    {"lm": run_lm, "proxy": run_proxy, "timing": run_timing, "federated": run_federated,
-     "report": run_report}[args.part](args)
+    {
+        "lm": run_lm,
+        "proxy": run_proxy,
+        "timing": run_timing,
+        "federated": run_federated,
+        "report": run_report,
+    }[args.part](args)
 
 
 if __name__ == "__main__":

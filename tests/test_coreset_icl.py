@@ -26,7 +26,8 @@ from flowerbed.data.base import ClientData, Dataset, DatasetMeta
 
 HAS_LM = importlib.util.find_spec("transformers") is not None
 HAS_WORDNET = importlib.util.find_spec("numpy") is not None and __import__("os").path.isfile(
-    "/usr/share/wordnet/data.adj")
+    "/usr/share/wordnet/data.adj"
+)
 
 
 def _emb(n=120, d=12, seed=0):
@@ -121,8 +122,10 @@ def test_fixed_a_step_gains_are_differences_of_the_objective(support):
     # and each step is the greedy argmax of that difference
     for t in range(budget):
         rest = [e for e in range(len(emb)) if e not in sel.indices[:t]]
-        deltas = [_f([*sel.indices[:t], e], rho, kern, a) - _f(sel.indices[:t], rho, kern, a)
-                  for e in rest]
+        deltas = [
+            _f([*sel.indices[:t], e], rho, kern, a) - _f(sel.indices[:t], rho, kern, a)
+            for e in rest
+        ]
         assert rest[int(np.argmax(deltas))] == sel.indices[t]
 
 
@@ -154,7 +157,8 @@ def test_submodularity_on_random_nested_sets():
             d_big = cs.gains(rho, cs.penalty(kern, big), a, 1.0)[e]
             assert d_small >= d_big - 1e-12
             assert d_big == pytest.approx(
-                _f([*big, e], ref_rho, ref_k, a) - _f(big, ref_rho, ref_k, a), abs=1e-6)
+                _f([*big, e], ref_rho, ref_k, a) - _f(big, ref_rho, ref_k, a), abs=1e-6
+            )
 
 
 @pytest.mark.parametrize("kw", [{"schedule": "fixed", "a": 0.0}, {"lam": 0.0}])
@@ -172,8 +176,7 @@ def test_lazy_greedy_equals_dense_greedy_with_fewer_evaluations(support, schedul
         emb = _emb(400, 16, seed)
         graph = cs.knn_graph(emb, cs.DENSITY_K)
         lazy = cs.pacs_select(emb, 30, graph=graph, support=support, schedule=schedule)
-        dense = cs.pacs_select(emb, 30, graph=graph, support=support, schedule=schedule,
-                               lazy=False)
+        dense = cs.pacs_select(emb, 30, graph=graph, support=support, schedule=schedule, lazy=False)
         assert np.array_equal(lazy.indices, dense.indices)
         assert np.allclose(lazy.gains, dense.gains, atol=1e-6)  # float32 cosines
         assert lazy.evaluations < dense.evaluations
@@ -205,8 +208,9 @@ def test_knn_graph_and_ranks_match_brute_force_and_sklearn():
     off = _cos(emb)
     np.fill_diagonal(off, -np.inf)
     assert np.allclose(cs.rank_similarity(graph, 40), -np.sort(-off, axis=1)[:, 39], atol=1e-5)
-    assert graph.bandwidth() == pytest.approx(np.median(1 - (-np.sort(-off, axis=1)[:, 0])),
-                                              abs=1e-6)
+    assert graph.bandwidth() == pytest.approx(
+        np.median(1 - (-np.sort(-off, axis=1)[:, 0])), abs=1e-6
+    )
 
 
 def test_peripheral_share_and_redundancy_by_hand():
@@ -216,7 +220,7 @@ def test_peripheral_share_and_redundancy_by_hand():
     assert cd.peripheral_fraction(density, np.array([0, 2]), share=0.2) == 0.0
     emb = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     # max cosine: 0 -> 2 (0.7071), 1 -> 2 (0.7071), 2 -> 0 or 1 (0.7071)
-    assert cd.redundancy(emb, np.array([0, 1, 2])) == pytest.approx(2 ** -0.5)
+    assert cd.redundancy(emb, np.array([0, 1, 2])) == pytest.approx(2**-0.5)
     assert cd.redundancy(emb, np.array([0, 1])) == pytest.approx(0.0)
 
 
@@ -292,8 +296,9 @@ def _ref_subsa(emb, budget, lam=1.0):
     cols = sim.sum(axis=0)
     selected, gain = np.zeros(n, dtype=bool), np.zeros(n)
     for _ in range(budget):
-        gain[~selected] = -2.0 * sim[np.ix_(selected, ~selected)].sum(axis=0) + lam * cols[
-            ~selected]
+        gain[~selected] = (
+            -2.0 * sim[np.ix_(selected, ~selected)].sum(axis=0) + lam * cols[~selected]
+        )
         c = gain.argmax()
         selected[c] = True
         gain[c] = -np.inf
@@ -367,8 +372,10 @@ def test_batched_scores_equal_icl_evaluate_per_query(template):
     from flowerbed.models import icl
     from flowerbed.models.lm import build_lm
 
-    lm = build_lm(registry.get("lm", "tiny").params(name="tiny", hidden=32, layers=2, heads=4,
-                                                    kv_heads=2), seed=1)
+    lm = build_lm(
+        registry.get("lm", "tiny").params(name="tiny", hidden=32, layers=2, heads=4, kv_heads=2),
+        seed=1,
+    )
     t = icl.Template(template)
     bank_x, bank_w = ["ab", "cd", "ef", "gh"], ["x", "y", "x", "z"]
     demos = np.array([[0, 1], [0, 1], [2, 3], [1, 2]])
@@ -378,8 +385,15 @@ def test_batched_scores_equal_icl_evaluate_per_query(template):
     got = pr.score(lm, pairs, [t.separator + c for c in cands], batch_size=2)
     for q, row, scores in zip(queries, demos, got, strict=True):
         shown = [icl.Example(bank_x[i], (bank_w[i],)) for i in row]
-        ref = icl.evaluate(lm, shown, [icl.Example(q, ("x",))], t, candidates=cands,
-                           generate=False, cache_prefix=False)
+        ref = icl.evaluate(
+            lm,
+            shown,
+            [icl.Example(q, ("x",))],
+            t,
+            candidates=cands,
+            generate=False,
+            cache_prefix=False,
+        )
         assert np.allclose(scores, ref.scores[0], atol=1e-4)
 
 
@@ -388,11 +402,78 @@ def test_last_position_logits_equal_the_full_forward():
     from flowerbed.clients import coreset_icl_prompts as pr
     from flowerbed.models.lm import build_lm
 
-    lm = build_lm(registry.get("lm", "tiny").params(name="tiny", hidden=32, layers=2, heads=4,
-                                                    kv_heads=2), seed=2)
+    lm = build_lm(
+        registry.get("lm", "tiny").params(name="tiny", hidden=32, layers=2, heads=4, kv_heads=2),
+        seed=2,
+    )
     rows = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
-    assert np.allclose(pr.last_logprobs(lm, rows).numpy(),
-                       lm.next_token_logprobs(rows).numpy(), atol=1e-5)
+    assert np.allclose(
+        pr.last_logprobs(lm, rows).numpy(), lm.next_token_logprobs(rows).numpy(), atol=1e-5
+    )
+
+
+def test_prefix_groups_minimise_fed_tokens_by_hand(monkeypatch):
+    from flowerbed.clients import coreset_icl_prompts as pr
+
+    rows = [(1, 2, 3, 4), (1, 2, 3, 5), (1, 2, 6)]
+    monkeypatch.setattr(pr, "GROUP_COST", 0)
+    # all three share (1, 2): 2 + 2 + 2 + 1 = 7 tokens; the first two alone sharing
+    # (1, 2, 3): 3 + 1 + 1 + 3 = 8; no sharing: 11
+    assert pr._groups(rows, 0) == [(0, 3, 2)]
+    # below (1, 2): the first two share (3,), each keeps its last token
+    assert pr._groups(rows[:2], 2) == [(0, 2, 1)]
+    # a row that is another's prefix keeps one token of its own
+    assert pr._groups([(7, 8), (7, 8, 9)], 0) == [(0, 2, 1)]
+    monkeypatch.setattr(pr, "GROUP_COST", 100)
+    assert pr._groups(rows, 0) == [(0, 1, 0), (1, 2, 0), (2, 3, 0)]
+
+
+@pytest.mark.skipif(not HAS_LM, reason="needs the lm extra")
+@pytest.mark.parametrize("batch_size", [1, 3, 16])
+def test_shared_prefix_scorer_equals_one_unpadded_forward_per_prompt(monkeypatch, batch_size):
+    """The fast scorer against the straightforward one: each prompt alone, no padding, no
+    cache; prompts share first demonstrations, one repeats, lengths differ."""
+    from flowerbed.clients import coreset_icl_prompts as pr
+    from flowerbed.models import icl
+    from flowerbed.models.lm import build_lm
+
+    lm = build_lm(
+        registry.get("lm", "tiny").params(name="tiny", hidden=32, layers=2, heads=4, kv_heads=2),
+        seed=3,
+    )
+    t = icl.Template("Q: {x}\nA:{y}\n\n")
+    gen = np.random.default_rng(4)
+    bank_x = ["".join(gen.choice(list("abcdefgh"), int(gen.integers(1, 12)))) for _ in range(6)]
+    bank_w = ["x", "y", "z", "x", "y", "z"]
+    demos = np.array([gen.permutation(6)[:3] for _ in range(14)])
+    demos[:5, 0] = demos[0, 0]  # five queries open with the same demonstration
+    demos[6:9] = demos[5]  # three share all of theirs
+    queries = ["".join(gen.choice(list("ijklmn"), int(gen.integers(1, 7)))) for _ in range(14)]
+    queries[3], demos[3] = queries[2], demos[2]  # one prompt twice
+    pairs = pr.prompts(t, "Sort:\n", bank_x, bank_w, demos, queries)
+    cands = [t.separator + c for c in "xyz"]
+    single = [lm.encode(c)[0] for c in cands]
+    ref = np.stack(
+        [lm.next_token_logprobs([lm.encode(p) + lm.encode(q)])[0, single].numpy() for p, q in pairs]
+    )
+    prefills: list[int] = []
+    real = pr._prefill
+
+    def spy(lm_, prefixes):
+        prefills.append(len(prefixes))
+        return real(lm_, prefixes)
+
+    monkeypatch.setattr(pr, "_prefill", spy)
+    pr.clear_memo()
+    got = pr.score_shared(lm, pairs, cands, batch_size=batch_size)
+    assert prefills  # prefixes were shared, not a fallback
+    assert np.allclose(got, ref, atol=1e-5)
+    assert (got.argmax(1) == ref.argmax(1)).all()
+    labels_ref, conf_ref = pr.predict(lm, pairs, cands, batch_size, scoring="reference")
+    pr.clear_memo()
+    labels, conf = pr.predict(lm, pairs, cands, batch_size, scoring="shared")
+    assert labels.tolist() == labels_ref.tolist() == ref.argmax(1).tolist()
+    assert np.allclose(conf, conf_ref, atol=1e-5)
 
 
 # --- datasets ----------------------------------------------------------------------------
@@ -408,7 +489,8 @@ def test_sentiment_labels_follow_the_adjective_and_the_negation():
     assert lexicon["pleasant"] == 1 and lexicon["unpleasant"] == 0  # seeds
     assert lexicon["dishonest"] == 0 and lexicon["impolite"] == 0  # WordNet antonyms of seeds
     params = registry.get("dataset", "negation_sentiment").params(
-        name="negation_sentiment", n_train=300, n_test=50, n_sentences=400)
+        name="negation_sentiment", n_train=300, n_test=50, n_sentences=400
+    )
     ds = cd.negation_sentiment(params, seed=0)
     for text, label in zip(ds.text_train, ds.y_train, strict=True):
         words = text.split()
@@ -425,8 +507,9 @@ def test_antonym_synonym_pairs_are_wordnet_relations_and_balanced():
 
     wn = rd.load_wordnet(rd.WORDNET_DIR)
     adj_antonyms = rd.antonyms(wn)
-    params = registry.get("dataset", "antonym_synonym").params(name="antonym_synonym",
-                                                               n_train=400, n_test=100)
+    params = registry.get("dataset", "antonym_synonym").params(
+        name="antonym_synonym", n_train=400, n_test=100
+    )
     ds = cd.antonym_synonym(params, seed=0)
     assert abs(int(np.sum(ds.y_train == 0)) - int(np.sum(ds.y_train == 1))) < 60
     for text, label, pos in zip(ds.text_train, ds.y_train, ds.groups_train, strict=True):
@@ -451,24 +534,37 @@ def coreset_test_text(params: Params, *, seed: int) -> Dataset:
     y = rng.integers(0, 3, n)
     groups = np.where(rng.random(n) < 0.5 + 0.3 * (y == 0), "a", "b")
     text = tuple(" ".join(rng.choice(TOPICS[int(c)].split(), 3)) for c in y)
-    meta = DatasetMeta(name="coreset_test_text", task="classification", num_features=1,
-                       num_classes=3, class_names=("topic.colour", "topic.animal",
-                                                   "topic.motion"))
+    meta = DatasetMeta(
+        name="coreset_test_text",
+        task="classification",
+        num_features=1,
+        num_classes=3,
+        class_names=("topic.colour", "topic.animal", "topic.motion"),
+    )
     x = np.arange(n, dtype=np.float32)[:, None]
-    return Dataset(x, y, x[:0], y[:0], meta, groups_train=groups, text_train=text,
-                   text_test=())
+    return Dataset(x, y, x[:0], y[:0], meta, groups_train=groups, text_train=text, text_test=())
 
 
 def _scenario(**learner):
     return {
-        "name": "coreset_test", "seed": 0, "num_clients": 2, "rounds": 1,
-        "dataset": {"name": "coreset_test_text"}, "partition": {"name": "natural_id"},
+        "name": "coreset_test",
+        "seed": 0,
+        "num_clients": 2,
+        "rounds": 1,
+        "dataset": {"name": "coreset_test_text"},
+        "partition": {"name": "natural_id"},
         "clients": {"local_test_fraction": 0.1},
-        "learner": {"name": "coreset_icl", "embedding": "lm_mean", "budgets": [6],
-                    "selectors": ["pacs", "kcenter"], "k_demos": 2,
-                    "lm": {"name": "tiny", "hidden": 32, "layers": 2, "heads": 4,
-                           "kv_heads": 2}, **learner},
-        "strategy": {"name": "coreset_icl"}, "engine": "inline",
+        "learner": {
+            "name": "coreset_icl",
+            "embedding": "lm_mean",
+            "budgets": [6],
+            "selectors": ["pacs", "kcenter"],
+            "k_demos": 2,
+            "lm": {"name": "tiny", "hidden": 32, "layers": 2, "heads": 4, "kv_heads": 2},
+            **learner,
+        },
+        "strategy": {"name": "coreset_icl"},
+        "engine": "inline",
         "baselines": ["centralized", "local_only"],
     }
 
@@ -482,19 +578,25 @@ def test_federated_bank_is_the_union_of_local_banks_and_reselection_keeps_the_bu
         for source in (fed, local, cen):
             assert 0 <= source[f"test/acc_retrieved.{name}"] <= 1
     re = flowerbed.run(
-        {**_scenario(), "strategy": {"name": "coreset_icl", "server_reselect": True,
-                                     "oversample": 2.0}, "baselines": []}, save=False)
+        {
+            **_scenario(),
+            "strategy": {"name": "coreset_icl", "server_reselect": True, "oversample": 2.0},
+            "baselines": [],
+        },
+        save=False,
+    )
     assert re.final("federated")["bank_size.pacs@6"] == 6
 
 
 @pytest.mark.skipif(not HAS_LM, reason="needs the lm extra")
 def test_one_client_federation_scores_the_same_bank_three_ways():
     """With one client its share is B, so merged, local and pooled banks coincide."""
-    s = {**_scenario(demo_modes=["retrieved"]), "num_clients": 1,
-         "partition": {"name": "iid"}}
+    s = {**_scenario(demo_modes=["retrieved"]), "num_clients": 1, "partition": {"name": "iid"}}
     res = flowerbed.run(s, save=False)
-    vals = {src: res.final(src)["test/acc_retrieved.pacs@6"]
-            for src in ("federated", "local_only", "centralized")}
+    vals = {
+        src: res.final(src)["test/acc_retrieved.pacs@6"]
+        for src in ("federated", "local_only", "centralized")
+    }
     assert len(set(vals.values())) == 1, vals
 
 
@@ -528,9 +630,14 @@ def test_server_reselection_fetches_each_owners_labels_for_its_picked_rows():
 
     def upload(rows):
         text, offsets = pr.pack_texts([f"t{r}" for r in rows])
-        return Payload(arrays={"pacs@4.emb": np.eye(len(rows), 3, dtype=np.float32),
-                               "pacs@4.text": text, "pacs@4.offsets": offsets,
-                               "pacs@4.row": np.asarray(rows)})
+        return Payload(
+            arrays={
+                "pacs@4.emb": np.eye(len(rows), 3, dtype=np.float32),
+                "pacs@4.text": text,
+                "pacs@4.offsets": offsets,
+                "pacs@4.row": np.asarray(rows),
+            }
+        )
 
     union = _Union(Replies(ok={0: upload([5, 7, 9]), 1: upload([2, 4])}), "pacs@4")
     assert union.texts == ["t5", "t7", "t9", "t2", "t4"] and (union.label == -1).all()
@@ -540,8 +647,16 @@ def test_server_reselection_fetches_each_owners_labels_for_its_picked_rows():
     class Fed:
         def ask(self, message_type, payloads, clients, *, server_round):
             asked.update({pid: p.config["picked"] for pid, p in payloads.items()})
-            return Replies(ok={pid: Payload(arrays={"pacs@4.label": 100 * pid + np.asarray(
-                p.config["picked"]["pacs@4"])}) for pid, p in payloads.items()})
+            return Replies(
+                ok={
+                    pid: Payload(
+                        arrays={
+                            "pacs@4.label": 100 * pid + np.asarray(p.config["picked"]["pacs@4"])
+                        }
+                    )
+                    for pid, p in payloads.items()
+                }
+            )
 
     unions = {"pacs@4": (union, keep)}
     CoresetIclStrategy._annotate(None, Fed(), unions)  # type: ignore[arg-type]

@@ -63,13 +63,17 @@ class CoresetIclParams(Params):
     """Selectors, budgets, embedding, LM and prompt format."""
 
     lm: LmSpec = Field(  # type: ignore[valid-type]
-        {"name": "smollm2"}, validate_default=True,
-        description="the language model, e.g. {name: smollm2} or {name: hf, path: /models/x}")
-    selectors: tuple[str, ...] = Field(("pacs",), min_length=1,
-                                       description=f"any of {', '.join(cb.SELECTORS)}")
+        {"name": "smollm2"},
+        validate_default=True,
+        description="the language model, e.g. {name: smollm2} or {name: hf, path: /models/x}",
+    )
+    selectors: tuple[str, ...] = Field(
+        ("pacs",), min_length=1, description=f"any of {', '.join(cb.SELECTORS)}"
+    )
     budgets: tuple[int, ...] = Field((18,), min_length=1, description="annotation budgets B")
-    embedding: pr.Embedding = Field("minilm", description="minilm, or lm_mean (the LM's own "
-                                    "mean hidden state)")
+    embedding: pr.Embedding = Field(
+        "minilm", description="minilm, or lm_mean (the LM's own mean hidden state)"
+    )
     lm_layer: int = Field(-1, description="lm_mean: block whose output is averaged (-1: last)")
     k_demos: int = Field(4, ge=1, description="demonstrations per query")
     demo_modes: tuple[DemoMode, ...] = Field(("retrieved", "random"), min_length=1)
@@ -79,14 +83,28 @@ class CoresetIclParams(Params):
     template: str = Field("Input: {x}\nLabel: {y}\n\n", description="one demonstration")
     instruction: str = Field("", description="text before the demonstrations")
     label_words: tuple[str, ...] = Field(
-        (), description="how each class is written (default: class name after its last '.')")
+        (), description="how each class is written (default: class name after its last '.')"
+    )
     max_words: int = Field(40, ge=0, description="texts cut to this many words (0: whole)")
     votek_pool: int | None = Field(
-        None, ge=1, description="votek: pool points (seeded) its LM confidence pass scores; "
-        "null: all (one prompt per pool point)")
-    random_share: int = Field(1, ge=1, description="random demos: consecutive queries "
-                              "sharing one draw (its prefix is computed once)")
+        None,
+        ge=1,
+        description="votek: pool points (seeded) its LM confidence pass scores; "
+        "null: all (one prompt per pool point)",
+    )
+    random_share: int = Field(
+        1,
+        ge=1,
+        description="random demos: consecutive queries "
+        "sharing one draw (its prefix is computed once)",
+    )
     batch_size: int = Field(16, ge=1, description="prompts per forward pass")
+    scoring: pr.Scoring = Field(
+        "shared",
+        description="shared: each shared token prefix of "
+        "the prompts fed once (KV cache), reference: the plain scorer "
+        "(same predictions, slower)",
+    )
 
     @field_validator("lm", mode="before")
     @classmethod
@@ -149,8 +167,10 @@ class Pool:
     def __init__(self, learner: CoresetIclLearner, data: ClientData) -> None:
         p = learner.p
         if data.text_train is None or data.text_test is None:
-            raise ValueError(f"learner coreset_icl needs a text dataset; {data.meta.name!r} "
-                             "has no text (try wordnet_supersense, fortunes, negation_sentiment)")
+            raise ValueError(
+                f"learner coreset_icl needs a text dataset; {data.meta.name!r} "
+                "has no text (try wordnet_supersense, fortunes, negation_sentiment)"
+            )
         self.x = [pr.clean(t, p.max_words) for t in data.text_train]
         self.y = np.asarray(data.y_train, dtype=np.int64)
         self.qx = [pr.clean(t, p.max_words) for t in data.text_test]
@@ -190,9 +210,17 @@ class CoresetIclLearner(Learner):
         """The label word of every class."""
         return pr.label_words(data.meta.class_names or (), self.p.label_words)
 
-    def answer(self, bank_x: list[str], bank_y: np.ndarray, bank_emb: np.ndarray,
-               qx: list[str], qemb: np.ndarray, words: list[str], mode: DemoMode,
-               seed: int) -> tuple[np.ndarray, np.ndarray]:
+    def answer(
+        self,
+        bank_x: list[str],
+        bank_y: np.ndarray,
+        bank_emb: np.ndarray,
+        qx: list[str],
+        qemb: np.ndarray,
+        words: list[str],
+        mode: DemoMode,
+        seed: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Predicted classes and confidences of the queries, ``k`` demos each from the bank."""
         k = self.p.k_demos
         if len(qx) == 0:
@@ -206,8 +234,13 @@ class CoresetIclLearner(Learner):
         shown = [words[int(c)] for c in bank_y]
         template = Template(self.p.template)
         pairs = pr.prompts(template, self.p.instruction, bank_x, shown, demos, qx)
-        return pr.predict(self.lm, pairs, [template.separator + w for w in words],
-                          self.p.batch_size)
+        return pr.predict(
+            self.lm,
+            pairs,
+            [template.separator + w for w in words],
+            self.p.batch_size,
+            self.p.scoring,
+        )
 
     def confidence(self, pool: Pool, words: list[str], seed: int) -> cb.Confidence:
         """Vote-k's callback: the LM's confidence on pool points, prompted with the first stage."""
@@ -218,16 +251,24 @@ class CoresetIclLearner(Learner):
                 gen = np.random.default_rng(derive_seed(seed, "votek.pool"))
                 rows = np.sort(gen.choice(rows, self.p.votek_pool, replace=False))
             out = np.full(len(pool.x), np.nan)
-            _, p = self.answer([pool.x[i] for i in first], pool.y[first], pool.emb[first],
-                               [pool.x[i] for i in rows], pool.emb[rows], words, "retrieved",
-                               seed)
+            _, p = self.answer(
+                [pool.x[i] for i in first],
+                pool.y[first],
+                pool.emb[first],
+                [pool.x[i] for i in rows],
+                pool.emb[rows],
+                words,
+                "retrieved",
+                seed,
+            )
             out[rows] = p
             return out
 
         return conf
 
-    def choose(self, pool: Pool, selector: str, budget: int, ctx: TaskContext,
-               words: list[str]) -> tuple[np.ndarray, float]:
+    def choose(
+        self, pool: Pool, selector: str, budget: int, ctx: TaskContext, words: list[str]
+    ) -> tuple[np.ndarray, float]:
         """Selected pool rows (selection order) and the selection's wall time.
 
         Seeded by the root seed and the client alone, so a client's
@@ -245,18 +286,34 @@ class CoresetIclLearner(Learner):
             if selector in cb.PACS_VARIANTS:
                 extra = {"k": self.p.density_k, "lam": self.p.lam, "a": self.p.fixed_a}
             conf = self.confidence(pool, words, s) if selector == "votek" else None
-            idx = cb.select(selector, pool.emb, budget, seed=s, graph=pool.graph,
-                            confidence=conf, **extra)
+            idx = cb.select(
+                selector, pool.emb, budget, seed=s, graph=pool.graph, confidence=conf, **extra
+            )
         return np.asarray(idx, dtype=np.int64), time.perf_counter() - start
 
-    def score_bank(self, pool: Pool, bank_x: list[str], bank_y: np.ndarray,
-                   bank_emb: np.ndarray, words: list[str], seed: int, name: str
-                   ) -> dict[str, float]:
+    def score_bank(
+        self,
+        pool: Pool,
+        bank_x: list[str],
+        bank_y: np.ndarray,
+        bank_emb: np.ndarray,
+        words: list[str],
+        seed: int,
+        name: str,
+    ) -> dict[str, float]:
         """Accuracy on the client's queries for each demonstration mode."""
         out = {}
         for mode in self.p.demo_modes:
-            pred, _ = self.answer(bank_x, bank_y, bank_emb, pool.qx, pool.qemb, words, mode,
-                                  derive_seed(seed, "demos", name))
+            pred, _ = self.answer(
+                bank_x,
+                bank_y,
+                bank_emb,
+                pool.qx,
+                pool.qemb,
+                words,
+                mode,
+                derive_seed(seed, "demos", name),
+            )
             out[f"acc_{mode}.{name}"] = float(np.mean(pred == pool.qy)) if len(pred) else 0.0
         return out
 
@@ -285,9 +342,17 @@ class CoresetIclLearner(Learner):
                 arrays[f"selected.{name}"] = idx
                 metrics[f"select_s.{name}"] = seconds
                 metrics.update(self.diagnostics(pool, idx, name))
-                metrics.update(self.score_bank(
-                    pool, [pool.x[i] for i in idx], pool.y[idx], pool.emb[idx], words,
-                    ctx.seed, name))
+                metrics.update(
+                    self.score_bank(
+                        pool,
+                        [pool.x[i] for i in idx],
+                        pool.y[idx],
+                        pool.emb[idx],
+                        words,
+                        ctx.seed,
+                        name,
+                    )
+                )
         return Payload(metrics=metrics, arrays=arrays, num_examples=len(pool.qx))
 
     # -- the federated protocol --------------------------------------------------------------
@@ -310,8 +375,14 @@ class CoresetIclLearner(Learner):
                 share = client_budget(budget, ctx.scenario.num_clients, ctx.partition_id)
                 idx, seconds = self.choose(pool, selector, math.ceil(over * share), ctx, words)
                 text, offsets = pr.pack_texts([pool.x[i] for i in idx])
-                arrays.update({f"{name}.emb": pool.emb[idx], f"{name}.text": text,
-                               f"{name}.offsets": offsets, f"{name}.row": idx})
+                arrays.update(
+                    {
+                        f"{name}.emb": pool.emb[idx],
+                        f"{name}.text": text,
+                        f"{name}.offsets": offsets,
+                        f"{name}.row": idx,
+                    }
+                )
                 if over <= 1.0:
                     arrays[f"{name}.label"] = pool.y[idx]
                 metrics[f"select_s.{name}"] = seconds
@@ -323,8 +394,12 @@ class CoresetIclLearner(Learner):
         del ctx
         y = np.asarray(data.y_train, dtype=np.int64)
         picked: dict[str, list[int]] = payload.config.get(PICKED, {})
-        return Payload(arrays={f"{name}.label": y[np.asarray(rows, dtype=np.int64)]
-                               for name, rows in picked.items()})
+        return Payload(
+            arrays={
+                f"{name}.label": y[np.asarray(rows, dtype=np.int64)]
+                for name, rows in picked.items()
+            }
+        )
 
     def evaluate_bank(self, data: ClientData, payload: Payload, ctx: TaskContext) -> Payload:
         """Accuracy on this client's queries with each received bank (``<name>.emb/label/text``)."""
@@ -334,6 +409,15 @@ class CoresetIclLearner(Learner):
         for name in sorted({k.rsplit(".", 1)[0] for k in payload.arrays}):
             a = payload.arrays
             texts = pr.unpack_texts(a[f"{name}.text"], a[f"{name}.offsets"])
-            metrics.update(self.score_bank(pool, texts, np.asarray(a[f"{name}.label"]),
-                                           np.asarray(a[f"{name}.emb"]), words, ctx.seed, name))
+            metrics.update(
+                self.score_bank(
+                    pool,
+                    texts,
+                    np.asarray(a[f"{name}.label"]),
+                    np.asarray(a[f"{name}.emb"]),
+                    words,
+                    ctx.seed,
+                    name,
+                )
+            )
         return Payload(metrics=metrics, num_examples=len(pool.qx))
