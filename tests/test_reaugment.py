@@ -40,13 +40,28 @@ def small_train(steps=150):
 def small_vmae():
     from dataclasses import replace
 
-    return replace(ReAugmentParams().config().vmae, d_model=16, latent=4, layers=1,
-                   pretrain_steps=60, patch_len=4)
+    return replace(
+        ReAugmentParams().config().vmae,
+        d_model=16,
+        latent=4,
+        layers=1,
+        pretrain_steps=60,
+        patch_len=4,
+    )
 
 
 def rl_cfg(**changes):
-    base = dict(iterations=60, batch_anchors=16, samples=4, lr=3e-3, beta_rl=0.0,
-                reward="target", lambda_v=1.0, lambda_m=0.5, lambda_d=1.0)
+    base = dict(
+        iterations=60,
+        batch_anchors=16,
+        samples=4,
+        lr=3e-3,
+        beta_rl=0.0,
+        reward="target",
+        lambda_v=1.0,
+        lambda_m=0.5,
+        lambda_d=1.0,
+    )
     return ra.RLConfig(**{**base, **changes})
 
 
@@ -149,7 +164,7 @@ def test_forecasters_map_lookback_to_horizon(name):
     from flowerbed.core.plugins import load_plugins
 
     load_plugins()
-    spec = registry.get("model", name).params(name=name)
+    spec = registry.get("model", name).params(name=name)  # type: ignore[call-arg]
     net = registry.build("model", spec, in_features=T * 2, out_features=H * 2, channels=2).eval()
     x = torch.randn(3, T, 2)
     out = net(x)
@@ -165,11 +180,15 @@ def test_frequency_augmentations_closed_forms():
     w = gen.standard_normal((4, 24, 2))
     np.testing.assert_allclose(ops.freq_mask(w, gen, rate=0.0), w, atol=1e-12)
     # rate 1: every component but the constant is zeroed -> the window's mean
-    np.testing.assert_allclose(ops.freq_mask(w, gen, rate=1.0),
-                               np.broadcast_to(w.mean(axis=1, keepdims=True), w.shape), atol=1e-12)
+    np.testing.assert_allclose(
+        ops.freq_mask(w, gen, rate=1.0),
+        np.broadcast_to(w.mean(axis=1, keepdims=True), w.shape),
+        atol=1e-12,
+    )
     pool = gen.standard_normal((1, 24, 2))
-    np.testing.assert_allclose(ops.freq_mix(w, gen, pool, rate=1.0),
-                               np.broadcast_to(pool, w.shape), atol=1e-12)
+    np.testing.assert_allclose(
+        ops.freq_mix(w, gen, pool, rate=1.0), np.broadcast_to(pool, w.shape), atol=1e-12
+    )
 
 
 def test_classic_augmentations():
@@ -223,8 +242,101 @@ def test_out_of_fold_errors_come_from_the_member_that_held_the_window_out():
         model = zoo.members[k]
         with torch.no_grad():
             pred = model(torch.tensor(w[i : i + 1, :T])).numpy()
-        np.testing.assert_allclose(ra.out_of_fold(errors, zoo.fold)[i],
-                                   np.mean((pred - w[i : i + 1, T:]) ** 2), rtol=1e-5)
+        np.testing.assert_allclose(
+            ra.out_of_fold(errors, zoo.fold)[i], np.mean((pred - w[i : i + 1, T:]) ** 2), rtol=1e-5
+        )
+
+
+def test_zoo_errors_are_hand_computed_forecast_errors_in_chunks_and_keep_the_mode(monkeypatch):
+    """Members forecasting ``a_k · (last lookback value)`` have errors computable by hand."""
+    from flowerbed.models.forecaster_nets import DLinear
+
+    w, _ = sine_windows(7, 6)
+    members = []
+    for a in (0.0, 0.5, -2.0):
+        m = DLinear(T, H, kernel=5, decomposition=False)
+        with torch.no_grad():
+            m.seasonal.weight.zero_()
+            m.seasonal.weight[:, -1] = a
+            m.seasonal.bias.zero_()
+        members.append(m)
+    members[1].eval()  # modes must come back as they were
+    monkeypatch.setattr(ops, "CHUNK", 3)  # 7 windows: chunks of 3, 3, 1
+    errors = ra.zoo_errors(members, w, T)
+    last = w[:, T - 1 : T].astype(np.float64)  # (n, 1, C)
+    want = np.stack([((a * last - w[:, T:]) ** 2).mean(axis=(1, 2)) for a in (0.0, 0.5, -2.0)], 1)
+    assert errors.shape == (7, 3) and errors.dtype == np.float64
+    np.testing.assert_allclose(errors, want, rtol=1e-6)
+    assert [m.training for m in members] == [True, False, True]
+    # the same numbers from a tensor input and from the per-member window_mse
+    np.testing.assert_array_equal(ra.zoo_errors(members, torch.tensor(w), T), errors)
+    np.testing.assert_array_equal(
+        errors, np.stack([ops.window_mse(m, w, T) for m in members], axis=1)
+    )
+
+
+def test_cached_pretrained_vmae_equals_a_fresh_one_and_is_keyed_by_windows_and_seed(monkeypatch):
+    from dataclasses import replace
+
+    from flowerbed.algorithms import reaugment_arms as arms
+
+    c = cfg(vmae=replace(small_vmae(), pretrain_steps=5))
+    w = sine_windows(12, 8)[0].astype(np.float64)  # float64 in, pre-trained on float32
+    arms.clear_vmae_cache()
+    calls = []
+    fresh = arms.pretrained_vmae
+
+    def counted(*a):
+        calls.append(a)
+        return fresh(*a)
+
+    monkeypatch.setattr(arms, "pretrained_vmae", counted)
+    first = arms._pretrained(w, c, 3)
+    reference = _params(fresh(w, c.vmae, 3))  # uncached, computed independently of the cache
+    with torch.no_grad():
+        next(first.parameters()).zero_()  # a caller's changes must not reach the cache
+    again = arms._pretrained(w, c, 3)
+    assert len(calls) == 1 and again is not first and not again.training
+    for k, v in again.state_dict().items():
+        assert torch.equal(v, reference[k]), k
+    other_seed, other_windows = arms._pretrained(w, c, 4), arms._pretrained(w[1:], c, 3)
+    assert len(calls) == 3
+    for model in (other_seed, other_windows):
+        assert not all(torch.equal(v, reference[k]) for k, v in model.state_dict().items())
+    arms.clear_vmae_cache()
+
+
+def test_foreach_adam_gives_torchs_per_tensor_adam_weights_bit_for_bit():
+    """``ops.adam`` (one foreach call per step) vs torch's per-tensor loop on the VMAE."""
+    torch.manual_seed(0)
+    a = VMAE(T + H, 1, small_vmae())
+    b, init = copy.deepcopy(a), _params(a)
+    w = torch.tensor(sine_windows(16, 7)[0])
+    opts = (
+        ops.adam(a.parameters(), 1e-2),
+        torch.optim.Adam(b.parameters(), lr=1e-2, foreach=False),
+    )
+    assert opts[0].defaults["foreach"] and not opts[1].defaults["foreach"]
+    for _ in range(5):
+        for model, opt in zip((a, b), opts, strict=True):
+            loss = (
+                (
+                    model.decode(
+                        model.context(w, torch.zeros(16, a.n_patches, dtype=torch.bool)),
+                        torch.zeros(16, a.n_patches, 4),
+                    )
+                    - w
+                )
+                ** 2
+            ).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    moved = False
+    for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb), name
+        moved |= not torch.equal(pa, init[name])
+    assert moved
 
 
 def test_out_of_fold_error_exceeds_in_fold_error_for_a_memorising_zoo():
@@ -289,8 +401,9 @@ def test_rl_never_backpropagates_through_the_zoo(rl_setup):
     for member in zoo.members:  # gradients left by the zoo's own training
         member.zero_grad(set_to_none=True)
     before = [_params(m) for m in zoo.members]
-    ra.reinforce(copy.deepcopy(vmae), w[:32], w, zoo.members, T, rl_cfg(iterations=5, beta_rl=1),
-                 seed=0)
+    ra.reinforce(
+        copy.deepcopy(vmae), w[:32], w, zoo.members, T, rl_cfg(iterations=5, beta_rl=1), seed=0
+    )
     for member, state in zip(zoo.members, before, strict=True):
         assert all(p.grad is None for p in member.parameters())
         for k, v in member.state_dict().items():
@@ -300,8 +413,9 @@ def test_rl_never_backpropagates_through_the_zoo(rl_setup):
 @pytest.mark.parametrize("variant", ["target", "reduce_variance"])
 def test_reinforce_improves_a_fixed_reward(rl_setup, variant):
     w, zoo, vmae = rl_setup
-    history = ra.reinforce(copy.deepcopy(vmae), w, w, zoo.members, T,
-                           rl_cfg(iterations=80, reward=variant), seed=0)
+    history = ra.reinforce(
+        copy.deepcopy(vmae), w, w, zoo.members, T, rl_cfg(iterations=80, reward=variant), seed=0
+    )
     first, last = np.array(history[:16]), np.array(history[-16:])
     standard_error = np.sqrt((first.var() + last.var()) / 16)
     assert last.mean() - first.mean() > 2 * standard_error
@@ -323,8 +437,11 @@ def test_policy_gradient_moves_only_the_prior_head_and_constant_reward_moves_not
     assert all(torch.equal(v, start[k]) for k, v in _params(frozen).items())
     pre_only = copy.deepcopy(vmae)
     ra.reinforce(pre_only, w, w, zoo.members, T, rl_cfg(iterations=5, beta_rl=1.0), seed=0)
-    assert any(not torch.equal(v, start[k]) for k, v in _params(pre_only).items()
-               if k.startswith("decoder."))
+    assert any(
+        not torch.equal(v, start[k])
+        for k, v in _params(pre_only).items()
+        if k.startswith("decoder.")
+    )
 
 
 def test_proximity_falls_monotonically_as_lambda_d_grows(rl_setup):
@@ -348,15 +465,27 @@ def test_proximity_falls_monotonically_as_lambda_d_grows(rl_setup):
 
 def _tiny_spec(rounds=1):
     return {
-        "name": "reaugment_tiny", "seed": 2, "num_clients": 2, "rounds": rounds,
-        "dataset": {"name": "forecast", "source": "elnino", "lookback": 24, "horizon": 6,
-                    "segments": 2, "fewshot": 20},
+        "name": "reaugment_tiny",
+        "seed": 2,
+        "num_clients": 2,
+        "rounds": rounds,
+        "dataset": {
+            "name": "forecast",
+            "source": "elnino",
+            "lookback": 24,
+            "horizon": 6,
+            "segments": 2,
+            "fewshot": 20,
+        },
         "partition": {"name": "natural_id"},
         "model": {"name": "dlinear", "decomposition": False},
-        "learner": {"name": "reaugment", "arms": ["none", "jitter", "reaugment"],
-                    "train": {"steps": 30, "eval_every": 10},
-                    "vmae": {"pretrain_steps": 5, "d_model": 8, "layers": 1},
-                    "rl": {"iterations": 3, "batch_anchors": 4, "samples": 2}},
+        "learner": {
+            "name": "reaugment",
+            "arms": ["none", "jitter", "reaugment"],
+            "train": {"steps": 30, "eval_every": 10},
+            "vmae": {"pretrain_steps": 5, "d_model": 8, "layers": 1},
+            "rl": {"iterations": 3, "batch_anchors": 4, "samples": 2},
+        },
         "strategy": {"name": "reaugment", "arms": ["none", "reaugment"], "local_steps": 5},
         "engine": {"name": "inline"},
         "baselines": ["centralized"],
@@ -388,7 +517,8 @@ def test_one_fedavg_round_equals_a_hand_run_round_and_only_weights_leave_clients
     for pid in range(2):
         ctx = TaskContext(scenario, pid, 1, client_seed(scenario, pid, "train.reaugment", 1))
         reply = learner.train_reaugment(
-            data.client(pid), Payload(arrays=init, config={"arm": "none", "steps": 5}), ctx)
+            data.client(pid), Payload(arrays=init, config={"arm": "none", "steps": 5}), ctx
+        )
         assert set(reply.arrays) == set(init)  # only the forecaster's weights go up
         replies.append(reply)
     avg = weighted_average([r.arrays for r in replies], [r.num_examples for r in replies])

@@ -39,12 +39,13 @@ import torch
 from torch import nn
 
 from flowerbed.algorithms.reaugment_ops import (
+    CHUNK,
     ModelFactory,
     TrainConfig,
+    adam,
     as_tensor,
     seeded_model,
     train_forecaster,
-    window_mse,
 )
 from flowerbed.algorithms.reaugment_vmae import VMAE, batches, pretrain_loss
 from flowerbed.core.seeds import derive_seed
@@ -120,11 +121,26 @@ def fit_zoo(
     return Zoo(members, fold, index)
 
 
+@torch.no_grad()
 def zoo_errors(
     members: Sequence[nn.Module], windows: np.ndarray | torch.Tensor, lookback: int
 ) -> np.ndarray:
-    """``e[i, k]``: MSE of member ``k`` on window ``i`` (no gradient, eval mode)."""
-    return np.stack([window_mse(m, windows, lookback) for m in members], axis=1)
+    """``e[i, k]``: MSE of member ``k`` on window ``i`` (no gradient, eval mode).
+
+    The same numbers as :func:`~flowerbed.algorithms.reaugment_ops.window_mse` per
+    member; the windows are converted and split into lookback / horizon once for
+    the whole zoo (this runs every REINFORCE iteration).
+    """
+    w = windows if isinstance(windows, torch.Tensor) else as_tensor(windows)
+    x, y = w[:, :lookback], w[:, lookback:]
+    out = np.empty((len(w), len(members)), dtype=np.float64)
+    for k, member in enumerate(members):
+        was_training = member.training
+        member.eval()
+        pred = torch.cat([member(x[i : i + CHUNK]) for i in range(0, len(x), CHUNK)])
+        member.train(was_training)
+        out[:, k] = ((pred - y) ** 2).mean(dim=(1, 2)).numpy()
+    return out
 
 
 def out_of_fold(errors: np.ndarray, fold: np.ndarray) -> np.ndarray:
@@ -196,7 +212,7 @@ def reinforce(
     tokens are computed without gradient); ``L_pre`` moves the whole VMAE.
     """
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(vmae.parameters(), lr=cfg.lr)
+    opt = adam(vmae.parameters(), cfg.lr)
     pool, source = as_tensor(data), as_tensor(anchors)
     history = []
     vmae.train()

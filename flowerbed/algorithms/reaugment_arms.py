@@ -21,7 +21,9 @@ reaugment_gap  top generalisation gap     VMAE + REINFORCE, ``target`` reward
 from __future__ import annotations
 
 import copy
+import hashlib
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -44,12 +46,32 @@ from flowerbed.algorithms.reaugment_vmae import VMAE, VMAEConfig, pretrain
 from flowerbed.core.seeds import derive_seed
 
 Arm = Literal[
-    "none", "jitter", "scaling", "magnitude_warp", "window_warp", "freq_mask", "freq_mix",
-    "vmae", "rl_random", "reaugment", "reaugment_v1", "reaugment_gap",
+    "none",
+    "jitter",
+    "scaling",
+    "magnitude_warp",
+    "window_warp",
+    "freq_mask",
+    "freq_mix",
+    "vmae",
+    "rl_random",
+    "reaugment",
+    "reaugment_v1",
+    "reaugment_gap",
 ]
 ARMS: tuple[Arm, ...] = (
-    "none", "jitter", "scaling", "magnitude_warp", "window_warp", "freq_mask", "freq_mix",
-    "vmae", "rl_random", "reaugment", "reaugment_v1", "reaugment_gap",
+    "none",
+    "jitter",
+    "scaling",
+    "magnitude_warp",
+    "window_warp",
+    "freq_mask",
+    "freq_mix",
+    "vmae",
+    "rl_random",
+    "reaugment",
+    "reaugment_v1",
+    "reaugment_gap",
 )
 #: RL arms: (where the sources come from, reward variant).
 RL_ARMS: dict[str, tuple[str, ra.Reward]] = {
@@ -135,8 +157,15 @@ def augment(
             if members is None:
                 raise ValueError(f"arm {arm!r} needs a zoo")
             start = time.perf_counter()
-            history = ra.reinforce(vmae, anchors, train, members, lookback,
-                                   replace(cfg.rl, reward=variant), derive_seed(seed, arm))
+            history = ra.reinforce(
+                vmae,
+                anchors,
+                train,
+                members,
+                lookback,
+                replace(cfg.rl, reward=variant),
+                derive_seed(seed, arm),
+            )
             info[f"time/rl_{arm}_s"] = time.perf_counter() - start
             tail = max(1, len(history) // 5)
             info[f"rl/{arm}/reward_first"] = float(np.mean(history[:tail]))
@@ -145,22 +174,59 @@ def augment(
         out[arm] = vmae.generate(as_tensor(_repeat(anchors, cfg.per_anchor)), gen).numpy()
     for arm, windows in out.items():
         src = _repeat(train[sources[RL_ARMS.get(arm, ("random",))[0]]], cfg.per_anchor)
-        info[f"aug/{arm}/proximity"] = float(np.mean(
-            ((windows - src) ** 2).sum(axis=(1, 2)) / np.maximum((src**2).sum(axis=(1, 2)), 1e-8)
-        ))
+        info[f"aug/{arm}/proximity"] = float(
+            np.mean(
+                ((windows - src) ** 2).sum(axis=(1, 2))
+                / np.maximum((src**2).sum(axis=(1, 2)), 1e-8)
+            )
+        )
         if members is not None:
-            info[f"aug/{arm}/zoo_var"] = float(ra.zoo_errors(members, windows, lookback)
-                                               .var(axis=1).mean())
+            info[f"aug/{arm}/zoo_var"] = float(
+                ra.zoo_errors(members, windows, lookback).var(axis=1).mean()
+            )
     return Augmented(out, info)
 
 
-def _pretrained(train: np.ndarray, cfg: ReAugmentConfig, seed: int) -> VMAE:
-    """A VMAE pre-trained on the training windows (KL + L2)."""
+def pretrained_vmae(train: np.ndarray, cfg: VMAEConfig, seed: int) -> VMAE:
+    """A VMAE pre-trained on the training windows (KL + L2), computed afresh."""
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        vmae = VMAE(train.shape[1], train.shape[2], cfg.vmae)
+        vmae = VMAE(train.shape[1], train.shape[2], cfg)
     pretrain(vmae, as_tensor(train), seed)
     return vmae
+
+
+#: This process's pre-trained VMAEs, least recently used first:
+#: (sha256 of the float32 windows, their shape, VMAE config, seed) -> VMAE.
+_VMAE_CACHE: OrderedDict[tuple[str, tuple[int, ...], VMAEConfig, int], VMAE] = OrderedDict()
+#: Most VMAEs kept (a few hundred kB each at the default sizes).
+VMAE_CACHE_SIZE = 32
+
+
+def clear_vmae_cache() -> None:
+    """Forget every cached pre-trained VMAE."""
+    _VMAE_CACHE.clear()
+
+
+def _pretrained(train: np.ndarray, cfg: ReAugmentConfig, seed: int) -> VMAE:
+    """:func:`pretrained_vmae`, cached in the process; the caller gets its own copy.
+
+    Pre-training depends only on the windows, the VMAE config and the seed, not on
+    the forecaster or the arm, so grid points that differ only in the model family
+    (the same few-shot windows and seed) pre-train once. A hit is a deep copy of the
+    module the same seeded computation produced, so results are bit-identical.
+    """
+    data = np.ascontiguousarray(train, dtype=np.float32)
+    key = (hashlib.sha256(data.tobytes()).hexdigest(), data.shape, cfg.vmae, seed)
+    vmae = _VMAE_CACHE.get(key)
+    if vmae is None:
+        vmae = pretrained_vmae(data, cfg.vmae, seed)
+        _VMAE_CACHE[key] = vmae
+        while len(_VMAE_CACHE) > VMAE_CACHE_SIZE:
+            _VMAE_CACHE.popitem(last=False)
+    else:
+        _VMAE_CACHE.move_to_end(key)
+    return copy.deepcopy(vmae)
 
 
 def with_augmentation(train: np.ndarray, extra: np.ndarray | None) -> np.ndarray:
@@ -206,13 +272,33 @@ def run(
     """The whole local / centralized pipeline: K-fold zoo, ``D̃`` per arm, final training."""
     start = time.perf_counter()
     needs_zoo = any(a in RL_ARMS for a in arms)
-    zoo = (ra.fit_zoo(make, train, lookback, cfg.folds, cfg.train, derive_seed(seed, "zoo"), val,
-                      cfg.fold_mode) if needs_zoo else None)
+    zoo = (
+        ra.fit_zoo(
+            make,
+            train,
+            lookback,
+            cfg.folds,
+            cfg.train,
+            derive_seed(seed, "zoo"),
+            val,
+            cfg.fold_mode,
+        )
+        if needs_zoo
+        else None
+    )
     zoo_s = time.perf_counter() - start
-    aug = augment(train, None if zoo is None else zoo.members, lookback, cfg, arms, seed,
-                  None if zoo is None else zoo.fold)
+    aug = augment(
+        train,
+        None if zoo is None else zoo.members,
+        lookback,
+        cfg,
+        arms,
+        seed,
+        None if zoo is None else zoo.fold,
+    )
     start = time.perf_counter()
-    metrics = evaluate_arms(make, train, val, test, scale, lookback, cfg.train, aug.windows,
-                            arms, seed)
+    metrics = evaluate_arms(
+        make, train, val, test, scale, lookback, cfg.train, aug.windows, arms, seed
+    )
     info = {**aug.info, "time/zoo_s": zoo_s, "time/final_s": time.perf_counter() - start}
     return metrics, info

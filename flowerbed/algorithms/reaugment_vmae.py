@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from flowerbed.algorithms.reaugment_ops import adam
+
 
 @dataclass(frozen=True)
 class VMAEConfig:
@@ -152,7 +154,7 @@ def pretrain(vmae: VMAE, windows: torch.Tensor, seed: int) -> list[float]:
     """Pre-train on ``windows`` for ``pretrain_steps`` Adam steps; the loss of every step."""
     cfg = vmae.cfg
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(vmae.parameters(), lr=cfg.lr)
+    opt = adam(vmae.parameters(), cfg.lr)
     history = []
     vmae.train()
     for _ in range(cfg.pretrain_steps):

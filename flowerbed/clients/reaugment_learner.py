@@ -51,12 +51,32 @@ ZOO_PREFIX = "zoo"
 STATE = "reaugment"
 
 Arm = Literal[
-    "none", "jitter", "scaling", "magnitude_warp", "window_warp", "freq_mask", "freq_mix",
-    "vmae", "rl_random", "reaugment", "reaugment_v1", "reaugment_gap",
+    "none",
+    "jitter",
+    "scaling",
+    "magnitude_warp",
+    "window_warp",
+    "freq_mask",
+    "freq_mix",
+    "vmae",
+    "rl_random",
+    "reaugment",
+    "reaugment_v1",
+    "reaugment_gap",
 ]
 ALL_ARMS: tuple[Arm, ...] = (
-    "none", "jitter", "scaling", "magnitude_warp", "window_warp", "freq_mask", "freq_mix",
-    "vmae", "rl_random", "reaugment", "reaugment_v1", "reaugment_gap",
+    "none",
+    "jitter",
+    "scaling",
+    "magnitude_warp",
+    "window_warp",
+    "freq_mask",
+    "freq_mix",
+    "vmae",
+    "rl_random",
+    "reaugment",
+    "reaugment_v1",
+    "reaugment_gap",
 )
 
 
@@ -125,8 +145,10 @@ class ReAugmentParams(Params):
         from flowerbed.algorithms.reaugment_vmae import VMAEConfig
 
         return ReAugmentConfig(
-            folds=self.zoo.folds, fold_mode=self.zoo.fold_mode,
-            anchor_share=self.zoo.anchor_share, per_anchor=self.zoo.per_anchor,
+            folds=self.zoo.folds,
+            fold_mode=self.zoo.fold_mode,
+            anchor_share=self.zoo.anchor_share,
+            per_anchor=self.zoo.per_anchor,
             train=TrainConfig(**self.train.model_dump()),
             vmae=VMAEConfig(**self.vmae.model_dump()),
             rl=RLConfig(reward="target", **self.rl.model_dump()),
@@ -222,8 +244,15 @@ class ReAugmentLearner(Learner):
             )
         t, _, _ = window_layout(data.meta)
         per_arm, info = reaugment_arms.run(
-            lambda: self.make_model(data.meta), tr.windows, va.windows, te.windows, te.scale,
-            t, self.p.config(), tuple(self.p.arms), ctx.seed,
+            lambda: self.make_model(data.meta),
+            tr.windows,
+            va.windows,
+            te.windows,
+            te.scale,
+            t,
+            self.p.config(),
+            tuple(self.p.arms),
+            ctx.seed,
         )
         metrics = {**arm_metrics(per_arm), **info, "train_windows": float(len(tr))}
         return Payload(metrics=metrics, num_examples=len(te))
@@ -244,10 +273,16 @@ class ReAugmentLearner(Learner):
             raise RuntimeError(f"client {data.partition_id}: no augmented windows for arm {arm!r}")
         t, _, _ = window_layout(data.meta)
         cfg = replace(self.p.config().train, steps=steps)
-        model, fit = train_forecaster(self._load(data.meta, payload.arrays),
-                                      with_augmentation(tr.windows, extra), t, cfg, ctx.seed)
-        return Payload(arrays=_to_arrays(model), metrics={"train_steps": fit["steps"]},
-                       num_examples=len(tr))
+        model, fit = train_forecaster(
+            self._load(data.meta, payload.arrays),
+            with_augmentation(tr.windows, extra),
+            t,
+            cfg,
+            ctx.seed,
+        )
+        return Payload(
+            arrays=_to_arrays(model), metrics={"train_steps": fit["steps"]}, num_examples=len(tr)
+        )
 
     def train_reaugment_augment(
         self, data: ClientData, payload: Payload, ctx: TaskContext

@@ -33,7 +33,13 @@ from flowerbed.strategies.federation import Federation
 from flowerbed.strategies.oneshot_average import weighted_average
 
 FEDERATED_ARMS: tuple[Arm, ...] = (
-    "none", "jitter", "freq_mask", "vmae", "rl_random", "reaugment", "reaugment_v1",
+    "none",
+    "jitter",
+    "freq_mask",
+    "vmae",
+    "rl_random",
+    "reaugment",
+    "reaugment_v1",
 )
 
 
@@ -57,8 +63,11 @@ class ReAugmentStrategyParams(Params):
 
 def weighted(replies: Replies, name: str, count: str) -> float:
     """Mean of metric ``name`` over clients weighted by their metric ``count``."""
-    rows = [(r.metrics[name], r.metrics[count]) for r in replies.ok.values()
-            if name in r.metrics and r.metrics.get(count, 0) > 0]
+    rows = [
+        (r.metrics[name], r.metrics[count])
+        for r in replies.ok.values()
+        if name in r.metrics and r.metrics.get(count, 0) > 0
+    ]
     total = sum(c for _, c in rows)
     return float(sum(v * c for v, c in rows) / total) if total else float("nan")
 
@@ -73,9 +82,11 @@ def bootstrap_zoo(models: list[Arrays], weights: list[float], size: int, seed: i
     return out
 
 
-@register("strategy", "reaugment", requires=(
-    (keys.TRAIN_MESSAGE, keys.AUGMENT_MESSAGE, keys.EVAL_MESSAGE),
-))
+@register(
+    "strategy",
+    "reaugment",
+    requires=((keys.TRAIN_MESSAGE, keys.AUGMENT_MESSAGE, keys.EVAL_MESSAGE),),
+)
 class ReAugmentStrategy(Strategy):
     """ReAugment federated: FedAvg forecaster, broadcast zoo, local VMAE + RL augmentation."""
 
@@ -100,7 +111,11 @@ class ReAugmentStrategy(Strategy):
         return final
 
     def _fedavg(
-        self, fed: Federation, ctx: ServerContext, arm: str, init: Arrays,
+        self,
+        fed: Federation,
+        ctx: ServerContext,
+        arm: str,
+        init: Arrays,
         keep: list[tuple[list[Arrays], list[float]]] | None,
     ) -> dict[str, float]:
         """FedAvg of one arm; its test metrics at the best validation round."""
@@ -109,13 +124,14 @@ class ReAugmentStrategy(Strategy):
         best: tuple[float, int, dict[str, float]] = (np.inf, 0, {})
         config = {keys.ARM: arm, keys.STEPS: p.local_steps}
         for r in range(1, self.scenario.rounds + 1):
-            replies = fed.ask(keys.TRAIN_MESSAGE, Payload(arrays=weights, config=config),
-                              server_round=r)
+            replies = fed.ask(
+                keys.TRAIN_MESSAGE, Payload(arrays=weights, config=config), server_round=r
+            )
             ok = list(replies.ok.values())
             weights = weighted_average([x.arrays for x in ok], [x.num_examples for x in ok])
             if keep is not None:  # the zoo source: the last rounds' client models
                 keep.append(([x.arrays for x in ok], [float(x.num_examples) for x in ok]))
-                del keep[:-p.zoo_size]
+                del keep[: -p.zoo_size]
             scores = fed.ask(keys.EVAL_MESSAGE, Payload(arrays=weights), server_round=r)
             row = {m: weighted(scores, m, "n_test") for m in ("mse", "mae", "mase")}
             row["val_mse"] = weighted(scores, "val_mse", "n_val")
@@ -128,8 +144,11 @@ class ReAugmentStrategy(Strategy):
         return out
 
     def _augment(
-        self, fed: Federation, ctx: ServerContext,
-        history: list[tuple[list[Arrays], list[float]]], arms: list[str],
+        self,
+        fed: Federation,
+        ctx: ServerContext,
+        history: list[tuple[list[Arrays], list[float]]],
+        arms: list[str],
     ) -> None:
         """Broadcast the zoo; every client builds ``D̃`` for ``arms`` and keeps it."""
         p: ReAugmentStrategyParams = self.params  # type: ignore[assignment]
