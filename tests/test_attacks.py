@@ -185,10 +185,10 @@ def test_attacks_leave_evaluation_queries_and_arrayless_training_alone():
 
 @pytest.mark.parametrize(("attack", "line"), [
     ({"name": "sign_flip", "fraction": 0.2, "scal": 2},
-     "clients.attack: unknown field 'scal' of attack 'sign_flip' (did you mean 'scale'?); "
+     "clients.attack.scal: unknown field of attack 'sign_flip' (did you mean 'scale'?); "
      "allowed: fraction, scale"),
     ({"name": "sign_flp", "fraction": 0.2},
-     "clients.attack: unknown attack 'sign_flp' (did you mean 'sign_flip'?); "
+     "clients.attack.name: unknown attack 'sign_flp' (did you mean 'sign_flip'?); "
      "known: none, label_flip, sign_flip, gaussian, alie"),
     ({"name": "gaussian"}, "clients.attack.fraction: required field is missing"),
     ({"name": "alie", "fraction": 1.5},
@@ -320,5 +320,6 @@ def test_an_attack_name_of_the_wrong_type_is_one_line():
     with pytest.raises(ScenarioError) as err:
         validate_scenario(data)
     assert err.value.problems == [
-        "clients.attack: unknown attack [1, 2]; known: none, label_flip, sign_flip, gaussian, alie"
+        "clients.attack.name: unknown attack [1, 2]; known: none, label_flip, sign_flip, gaussian, "
+        "alie"
     ]

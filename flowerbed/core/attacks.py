@@ -99,24 +99,30 @@ def _check_block(value: Any) -> Any:
         return value  # pydantic names the wrong type
     if "name" not in value:
         raise PydanticCustomError(
-            "attack_name", f"no attack name; known: {', '.join(ATTACK_NAMES)}"
+            "unknown_nested_field",
+            f"required field is missing; known attacks: {', '.join(ATTACK_NAMES)}",
+            {"field": "name"},
         )
     name = value["name"]
     if not isinstance(name, str) or name not in _ATTACKS:
         close = difflib.get_close_matches(str(name), ATTACK_NAMES, n=1)
         mean = f" (did you mean {close[0]!r}?)" if close else ""
         raise PydanticCustomError(
-            "attack_name", f"unknown attack {name!r}{mean}; known: {', '.join(ATTACK_NAMES)}"
+            "unknown_nested_field",
+            f"unknown attack {name!r}{mean}; known: {', '.join(ATTACK_NAMES)}",
+            {"field": "name"},
         )
     allowed = [f for f in _ATTACKS[name].model_fields if f != "name"]
     for key in value:
         if key != "name" and key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
             mean = f" (did you mean {close[0]!r}?)" if close else ""
+            # ``field`` lets the scenario's error say the key's own path.
             raise PydanticCustomError(
-                "attack_field",
-                f"unknown field {key!r} of attack {name!r}{mean}; "
+                "unknown_nested_field",
+                f"unknown field of attack {name!r}{mean}; "
                 f"allowed: {', '.join(allowed) or '(none)'}",
+                {"field": str(key)},
             )
     return value
 

@@ -359,6 +359,8 @@ def _message(err: dict[str, Any], model: type[Any], data: Any) -> str:
         return f"{path}.name: unknown {kind} {tag!r}{mean}; known: {', '.join(known)}"
     if etype == "union_tag_not_found":
         return f"{path}.name: missing; known {kind}s: {', '.join(registry.names(kind))}"
+    if etype == "unknown_nested_field":  # a validator's own bad key, named by its path
+        return f"{path}.{err['ctx']['field']}: {err['msg']}"
     if etype == "extra_forbidden":
         allowed = [f for f in _known_fields(model, loc, data) if f != "name"]
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
