@@ -97,11 +97,12 @@ def wait_for_row(proc: subprocess.Popen[str], runs: Path, test: Any, timeout: fl
     """The run folder once one of its ``metrics.jsonl`` rows passes ``test``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"the run ended early: {proc.communicate()[1][-3000:]}")
+        ended = proc.poll() is not None  # before reading: a row written just before exit counts
         for metrics in runs.glob("*/*/metrics.jsonl"):
             if any(test(r) for r in rows_of(metrics.parent)):
                 return metrics.parent
+        if ended:
+            raise AssertionError(f"the run ended early: {proc.communicate()[1][-3000:]}")
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)
     raise AssertionError(f"no such row within {timeout} s")
