@@ -31,26 +31,15 @@ from pathlib import Path
 
 import numpy as np
 
+from flowerbed.algorithms.reaugment_names import ARMS
+
 DATASETS = {
     "elnino": ({"source": "elnino", "lookback": 36, "horizon": 12, "segments": 3}, 3),
     "macrodata": ({"source": "macrodata", "lookback": 24, "horizon": 8}, 6),
     "m3": ({"source": "m3", "frequency": "monthly", "lookback": 36, "max_series": 5}, 6),
 }
 FAMILIES = ("dlinear", "forecast_mlp", "patchtst", "gru_forecaster")
-LOCAL_ARMS = (
-    "none",
-    "jitter",
-    "scaling",
-    "magnitude_warp",
-    "window_warp",
-    "freq_mask",
-    "freq_mix",
-    "vmae",
-    "rl_random",
-    "reaugment",
-    "reaugment_v1",
-    "reaugment_gap",
-)
+LOCAL_ARMS = ARMS
 FED_ARMS = ("none", "jitter", "freq_mask", "vmae", "rl_random", "reaugment", "reaugment_v1")
 METHODS = ("reaugment", "reaugment_v1")
 #: The paper's numbers: its tables were not readable here (spec §2.1), only the claim.

@@ -45,34 +45,6 @@ from flowerbed.algorithms.reaugment_ops import (
 from flowerbed.algorithms.reaugment_vmae import VMAE, VMAEConfig, pretrain
 from flowerbed.core.seeds import derive_seed
 
-Arm = Literal[
-    "none",
-    "jitter",
-    "scaling",
-    "magnitude_warp",
-    "window_warp",
-    "freq_mask",
-    "freq_mix",
-    "vmae",
-    "rl_random",
-    "reaugment",
-    "reaugment_v1",
-    "reaugment_gap",
-]
-ARMS: tuple[Arm, ...] = (
-    "none",
-    "jitter",
-    "scaling",
-    "magnitude_warp",
-    "window_warp",
-    "freq_mask",
-    "freq_mix",
-    "vmae",
-    "rl_random",
-    "reaugment",
-    "reaugment_v1",
-    "reaugment_gap",
-)
 #: RL arms: (where the sources come from, reward variant).
 RL_ARMS: dict[str, tuple[str, ra.Reward]] = {
     "rl_random": ("random", "target"),

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import Field
 
+from flowerbed.algorithms.reaugment_names import ARMS, Arm
 from flowerbed.clients.learner import Learner, TaskContext
 from flowerbed.core import registry
 from flowerbed.core.messages import Arrays, Payload
@@ -50,34 +51,7 @@ ARM, ARMS_KEY, STEPS = "arm", "arms", "steps"
 ZOO_PREFIX = "zoo"
 STATE = "reaugment"
 
-Arm = Literal[
-    "none",
-    "jitter",
-    "scaling",
-    "magnitude_warp",
-    "window_warp",
-    "freq_mask",
-    "freq_mix",
-    "vmae",
-    "rl_random",
-    "reaugment",
-    "reaugment_v1",
-    "reaugment_gap",
-]
-ALL_ARMS: tuple[Arm, ...] = (
-    "none",
-    "jitter",
-    "scaling",
-    "magnitude_warp",
-    "window_warp",
-    "freq_mask",
-    "freq_mix",
-    "vmae",
-    "rl_random",
-    "reaugment",
-    "reaugment_v1",
-    "reaugment_gap",
-)
+ALL_ARMS = ARMS
 
 
 class ZooParams(Params):

@@ -210,7 +210,7 @@ class Checkpoints:
     def due(self, server_round: int) -> bool:
         """Whether round ``server_round`` ends with a checkpoint."""
         every = self.scenario.checkpoint.every
-        return self.enabled and every > 0 and server_round % every == 0
+        return self.enabled and server_round % every == 0
 
     def save(self, server_round: int, state: dict[str, Any]) -> Path | None:
         """Write the checkpoint of the round just finished; keep the newest ``keep``."""

@@ -26,7 +26,7 @@ from flwr.supercore.privacy_accounting import (
 
 from flowerbed.algorithms.dp_accounting import GaussianAccountant
 from flowerbed.core.seeds import derive_seed
-from flowerbed.strategies.flower_fedavg import SeededFedAvg, from_state, to_state
+from flowerbed.strategies.flower_fedavg import SeededFedAvg, from_state, instance_state
 
 #: Row phase of the per-round privacy metrics (``privacy/rdp/epsilon``, ...).
 PHASE = "privacy"
@@ -138,11 +138,8 @@ class SeededDP(Strategy):
         As ``SeededFedAvg.state_dict``: every non-callable attribute Flower's
         wrapper holds, so nothing it carries from one round to the next is lost.
         """
-        own = {
-            k: v for k, v in vars(self).items()
-            if k not in ("strategy", "accountant") and not callable(v)
-        }  # fmt: skip
-        state: dict[str, Any] = {"inner": self.strategy.state_dict(), "own": to_state(own)}
+        own = instance_state(self, frozenset({"strategy", "accountant"}))
+        state: dict[str, Any] = {"inner": self.strategy.state_dict(), "own": own}
         if getattr(self, "accountant", None) is not None:
             state["accountant"] = self.accountant.state_dict()  # type: ignore[union-attr]
         if PHASE in self.strategy.ctx.extra_results:

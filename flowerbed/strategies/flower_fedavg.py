@@ -111,11 +111,7 @@ class SeededFedAvg(FedAvg):
         at the first checkpoint, never dropped). Callables (metric
         aggregation functions) are configuration, rebuilt with the strategy.
         """
-        return {
-            k: to_state(v)
-            for k, v in vars(self).items()
-            if k not in _NOT_STATE and not callable(v)
-        }
+        return instance_state(self, _NOT_STATE)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Put back what :meth:`state_dict` returned."""
@@ -250,6 +246,11 @@ def seeded_strategy(flower_class: str) -> type[SeededFedAvg]:
 _RECORD = "__arrayrecord__"
 _BYTES = "__bytes__"
 _ITEMS = "__items__"
+
+
+def instance_state(obj: object, skip: frozenset[str]) -> dict[str, Any]:
+    """Every attribute of ``obj`` but ``skip`` and callables, as checkpointable data."""
+    return {k: to_state(v) for k, v in vars(obj).items() if k not in skip and not callable(v)}
 
 
 def to_state(value: Any) -> Any:

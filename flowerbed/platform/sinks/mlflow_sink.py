@@ -63,8 +63,8 @@ def tracking_uri(given: str) -> str:
     --------
     >>> tracking_uri("sqlite:///mlflow.db")
     'sqlite:///mlflow.db'
-    >>> tracking_uri("/tmp/mlruns")
-    'file:///tmp/mlruns'
+    >>> tracking_uri("runs/mlruns") == (Path.cwd() / "runs" / "mlruns").as_uri()
+    True
     """
     if "://" in given or given.startswith(("sqlite:", "databricks", "file:")):
         return given
