@@ -1,4 +1,4 @@
-"""Flower's simulation engine (Ray): one start-up for the whole module, compared with inline."""
+"""Flower's simulation engine on Ray: one start-up for the module, against inline and processes."""
 
 from __future__ import annotations
 
@@ -21,9 +21,19 @@ FAULTY = {
 
 
 #: One Ray worker: Flower sizes its actor pool as Ray's CPUs / each client's CPUs.
-ONE_WORKER = {"name": "simulation", "ray_num_cpus": 1, "client_resources": {"num_cpus": 1}}
+ONE_WORKER = {
+    "name": "simulation",
+    "backend": "ray",
+    "ray_num_cpus": 1,
+    "client_resources": {"num_cpus": 1},
+}
 #: Four workers sharing two CPUs, so clients run concurrently and out of order.
-FOUR_WORKERS = {"name": "simulation", "ray_num_cpus": 2, "client_resources": {"num_cpus": 0.5}}
+FOUR_WORKERS = {
+    "name": "simulation",
+    "backend": "ray",
+    "ray_num_cpus": 2,
+    "client_resources": {"num_cpus": 0.5},
+}
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +64,13 @@ def test_simulation_names_the_failing_client(ray_result):
 def test_simulation_and_inline_agree_exactly(ray_result):
     inline = flowerbed.run(tiny_scenario(learner=FAULTY), save=False)
     assert inline.summary["results"] == ray_result.summary["results"]
+
+
+def test_process_backend_and_ray_backend_agree_exactly(ray_result):
+    """The same clients on four worker processes give the one-actor Ray run's numbers."""
+    engine = {**FOUR_WORKERS, "backend": "process"}
+    processes = flowerbed.run(tiny_scenario(engine=engine, learner=FAULTY), save=False)
+    assert processes.summary["results"] == ray_result.summary["results"]
 
 
 def test_number_of_ray_workers_does_not_change_results(ray_result):

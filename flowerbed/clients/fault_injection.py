@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Literal
 
 import numpy as np
@@ -13,7 +15,9 @@ from flowerbed.core.messages import Payload
 from flowerbed.core.registry import register
 from flowerbed.data.base import ClientData
 
-Fault = Literal["raise", "nan", "inf", "wrong_shape", "wrong_dtype", "none", "no_payload"]
+Fault = Literal[
+    "raise", "nan", "inf", "wrong_shape", "wrong_dtype", "none", "no_payload", "crash"
+]
 Phase = Literal["train", "evaluate", "both"]
 
 #: Faults that need arrays to corrupt; an ``evaluate`` reply carries none.
@@ -26,7 +30,9 @@ class FaultyParams(SGDParams):
     Faults: ``raise`` an exception; ``nan`` / ``inf`` in the first array (train)
     or in every metric (evaluate); ``wrong_shape`` / ``wrong_dtype`` of the
     first array; ``none``, a reply without arrays; ``no_payload``, a handler
-    that returns ``None`` instead of a payload.
+    that returns ``None`` instead of a payload; ``crash``, the client's
+    process killed (SIGKILL), as the kernel's out-of-memory killer would: on
+    the ``inline`` engine that process is the whole run.
     """
 
     fail_clients: tuple[int, ...] = Field((), description="partition ids that misbehave")
@@ -76,6 +82,8 @@ class FaultyLearner(SGDLearner):
             raise RuntimeError(f"injected fault on client {ctx.partition_id}")
         if fault == "no_payload":
             return None  # type: ignore[return-value]
+        if fault == "crash":
+            os.kill(os.getpid(), signal.SIGKILL)
         reply = handler(data, payload, ctx)
         return _corrupt(reply, fault)
 

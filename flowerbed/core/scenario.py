@@ -6,6 +6,7 @@ import difflib
 import functools
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -65,14 +66,43 @@ class Engine(Params):
     """
 
     name: Literal["simulation", "inline", "deployment"] = "simulation"
+    backend: Literal["auto", "process", "ray"] = Field(
+        "auto",
+        description="what runs the simulation's clients: local worker processes or Ray actors; "
+        "auto: Ray when RAY_ADDRESS (or `flowerbed up`) names a cluster or a client asks for "
+        "a GPU, else processes",
+    )
     client_resources: ClientResources = ClientResources()
-    ray_num_cpus: int | None = Field(None, ge=1, description="CPUs Ray may use (default: all)")
+    ray_num_cpus: int | None = Field(
+        None, ge=1, description="CPUs the simulation may use, either backend (default: all)"
+    )
     connection: str = Field(
         "flowerbed-local", description="SuperLink connection name (deployment engine)"
     )
     flwr_home: str | None = Field(
         None, description="folder holding the CLI's config.toml (deployment engine)"
     )
+
+    @model_validator(mode="after")
+    def _gpus_need_ray(self) -> Engine:
+        if self.backend == "process" and self.client_resources.num_gpus > 0:
+            raise ValueError(
+                "engine.backend=process does not place clients on GPUs "
+                "(engine.client_resources.num_gpus > 0): use backend ray or auto"
+            )
+        return self
+
+    def simulation_backend(self) -> str:
+        """``process`` or ``ray``: what runs a ``simulation`` run's clients (``auto`` resolved).
+
+        Read while the run starts, after ``flowerbed up``'s head has been put
+        in ``RAY_ADDRESS``.
+        """
+        if self.backend != "auto":
+            return self.backend
+        if os.environ.get("RAY_ADDRESS") or self.client_resources.num_gpus > 0:
+            return "ray"
+        return "process"
 
 
 class FederationConfig(Params):

@@ -178,7 +178,12 @@ def overlapped(scenario: Scenario, work: Callable[[], object]) -> None:
     thread = threading.Thread(target=guarded, name="flowerbed-prepare", daemon=True)
     thread.start()
     try:
-        start_ray(scenario)
+        if scenario.engine.simulation_backend() == "ray":
+            start_ray(scenario)
+        else:
+            from flowerbed.platform.process_backend import start_fork_server
+
+            start_fork_server(scenario)
     finally:
         thread.join()
     if failure:
@@ -203,9 +208,14 @@ def run_ray(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             outcome["error"] = exc
 
-    activity("starting Ray and its client workers")
+    backend = scenario.engine.simulation_backend()
+    activity(
+        "starting Ray and its client workers"
+        if backend == "ray"
+        else "starting the client worker processes"
+    )
     try:
-        with simulation_engine(scenario):
+        with simulation_engine(scenario), clients_backend(backend):
             run_simulation(
                 server_app=server_app,
                 client_app=client_app(),
@@ -223,6 +233,15 @@ def run_ray(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
         raise RuntimeError("the Flower simulation ended without running the ServerApp")
     summary: dict[str, Any] = outcome["summary"]
     return summary
+
+
+def clients_backend(backend: str) -> contextlib.AbstractContextManager[None]:
+    """What runs the clients: Flower's Ray backend as is, or :mod:`.process_backend`'s pool."""
+    if backend == "ray":
+        return contextlib.nullcontext()
+    from flowerbed.platform.process_backend import process_backend
+
+    return process_backend()
 
 
 @contextlib.contextmanager
@@ -443,7 +462,7 @@ def _execute(scenario: Scenario, recorder: Recorder, progress: bool, clock: RunC
                 # Both fail fast, before Ray or any client starts: Ray would wait
                 # forever for resources it cannot have, and memory runs out late.
                 check_resources(scenario)
-                with clock.phase("data", "building data (memory estimate) while Ray starts"):
+                with clock.phase("data", "building data (memory estimate) while the engine starts"):
                     overlapped(scenario, lambda: check_memory(scenario))
                 engine_started = time.time()
                 summary = ENGINES[scenario.engine.name](scenario, recorder)
