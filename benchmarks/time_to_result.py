@@ -13,8 +13,11 @@ flowerbed, ...) after one discarded warm-up of each arm:
 
 The raw arm (``raw_flower_e2e.py``) reads the clients' arrays from an ``.npz``
 written before any timing, so its process does not pay for building the
-partition; flowerbed's does (conservative for flowerbed). The ``inline``
-engine runs beside both, and ``flowerbed run`` against a warm Ray head
+partition; flowerbed's does (conservative for flowerbed). The flowerbed arm
+is the default ``simulation`` engine (``engine.backend: auto``, which on one
+machine runs the clients in worker processes); beside it run the same engine
+on its Ray backend (``engine.backend=ray``, what raw Flower uses), the
+``inline`` engine, and ``flowerbed run`` against a warm Ray head
 (``flowerbed up`` once before the pairs, ``flowerbed down`` after: what a user
 running one scenario after another waits for; each run is still its own Ray
 job with fresh workers). flowerbed's phases (start-up to the run folder, data
@@ -69,9 +72,11 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 }
 
 
-def scenario_sets(work: dict[str, Any], rounds: int, engine: str) -> list[str]:
+def scenario_sets(
+    work: dict[str, Any], rounds: int, engine: str, backend: str = "auto"
+) -> list[str]:
     """``--set`` overrides of one flowerbed arm."""
-    return [*work["sets"], f"rounds={rounds}", f"engine.name={engine}"]
+    return [*work["sets"], f"rounds={rounds}", f"engine.name={engine}", f"engine.backend={backend}"]
 
 
 def write_data(work: dict[str, Any], path: Path) -> None:
@@ -103,11 +108,13 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
     return wall, done.stdout + done.stderr
 
 
-def flowerbed_arm(work: dict[str, Any], rounds: int, engine: str, out: Path) -> dict[str, Any]:
+def flowerbed_arm(
+    work: dict[str, Any], rounds: int, engine: str, out: Path, backend: str = "auto"
+) -> dict[str, Any]:
     """One ``flowerbed run`` process: wall and phases read from its run folder."""
     before = set(out.rglob("summary.json"))
     cmd = [FLOWERBED, "run", work["scenario"], "--output-dir", str(out)]
-    for s in scenario_sets(work, rounds, engine):
+    for s in scenario_sets(work, rounds, engine, backend):
         cmd += ["--set", s]
     load = load_avg()
     wall, _ = timed(cmd, {**os.environ, "OMP_NUM_THREADS": "1"})
@@ -167,7 +174,7 @@ def run_workload(
     print(f"{name}: warm-up", flush=True)
     flowerbed_arm(work, rounds, "simulation", out)
     raw_arm(work, rounds, data)
-    fb_runs, raw_runs, inline_runs, warm_runs = [], [], [], []
+    fb_runs, raw_runs, inline_runs, warm_runs, ray_runs = [], [], [], [], []
     for i in range(pairs):
         order = ("fb", "raw") if i % 2 == 0 else ("raw", "fb")
         for arm in order:
@@ -176,18 +183,22 @@ def run_workload(
             else:
                 raw_runs.append(raw_arm(work, rounds, data))
         inline_runs.append(flowerbed_arm(work, rounds, "inline", out))
+        ray_runs.append(flowerbed_arm(work, rounds, "simulation", out, backend="ray"))
         if warm:
             warm_runs.append(warm_arm(work, rounds, out))
         shown = f", warm head {warm_runs[-1]['wall_s']:.1f} s" if warm else ""
         print(f"{name}: pair {i + 1}/{pairs}: flowerbed {fb_runs[-1]['wall_s']:.1f} s, "
-              f"raw {raw_runs[-1]['wall_s']:.1f} s, inline {inline_runs[-1]['wall_s']:.1f} s"
-              f"{shown}", flush=True)
+              f"raw {raw_runs[-1]['wall_s']:.1f} s, inline {inline_runs[-1]['wall_s']:.1f} s, "
+              f"Ray backend {ray_runs[-1]['wall_s']:.1f} s{shown}", flush=True)
     ratios = [f["wall_s"] / r["wall_s"] for f, r in zip(fb_runs, raw_runs, strict=True)]
     warm_ratios = [w["wall_s"] / r["wall_s"] for w, r in zip(warm_runs, raw_runs, strict=True)]
+    ray_ratios = [w["wall_s"] / r["wall_s"] for w, r in zip(ray_runs, raw_runs, strict=True)]
     return {
         "rounds": rounds, "pairs": pairs, "ratio": median(ratios), "ratios": ratios,
         "warm_ratio": median(warm_ratios) if warm_ratios else None, "warm_ratios": warm_ratios,
+        "ray_backend_ratio": median(ray_ratios), "ray_backend_ratios": ray_ratios,
         "flowerbed": fb_runs, "raw": raw_runs, "inline": inline_runs, "warm_head": warm_runs,
+        "ray_backend": ray_runs,
     }
 
 
@@ -220,12 +231,15 @@ def main() -> int:
         fb, raw, inl = res["flowerbed"], res["raw"], res["inline"]
         warm = median(w["wall_s"] for w in res["warm_head"]) if res["warm_head"] else float("nan")
         rows.append([name, median(f["wall_s"] for f in fb), median(r["wall_s"] for r in raw),
-                     median(i["wall_s"] for i in inl), warm, res["ratio"],
+                     median(i["wall_s"] for i in inl), warm,
+                     median(r["wall_s"] for r in res["ray_backend"]), res["ratio"],
+                     res["ray_backend_ratio"],
                      median(f["to_connected_s"] for f in fb), median(f["round1_s"] for f in fb),
                      median(f["steady_round_s"] for f in fb),
                      median(f["outside_recorder_s"] for f in fb)])
     print_table("whole-process wall (s), medians",
-                ["workload", "flowerbed", "raw Flower", "inline", "warm head", "fb/raw",
+                ["workload", "flowerbed", "raw Flower", "inline", "warm head", "Ray backend",
+                 "fb/raw", "Ray backend/raw",
                  "to connected",
                  "round 1", "steady round", "outside recorder"], rows)
     print_checks(checks)

@@ -97,6 +97,17 @@ def test_mean_std_over_seeds_from_summaries(fake_sweep):
     assert float(rows[("1.0", "centralized")]["test/accuracy mean"]) == pytest.approx(0.97)
 
 
+def test_a_source_without_the_reported_metric_gets_no_row(tmp_path):
+    """DP runs add a ``privacy`` result (epsilon, delta) that has no accuracy."""
+    fake_run(tmp_path / "run", 0.5, 0, {"federated": 0.9})
+    summary = json.loads((tmp_path / "run/summary.json").read_text())
+    summary["results"]["privacy"] = {"epsilon": 3.2, "delta": 1e-5}
+    (tmp_path / "run/summary.json").write_text(json.dumps(summary))
+    report = rp.build_report(tmp_path / "run")
+    assert [r["source"] for r in report.summary_table] == ["federated"]
+    assert report.summary_table[0]["n"] == 1
+
+
 def test_run_table_markdown_and_failures(fake_sweep):
     rp.write_report(rp.build_report(fake_sweep, metrics=["accuracy", "loss"]), plots=False)
     runs = read_csv(fake_sweep / "report/runs.csv")

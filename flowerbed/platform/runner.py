@@ -208,14 +208,13 @@ def run_ray(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             outcome["error"] = exc
 
-    backend = scenario.engine.simulation_backend()
     activity(
         "starting Ray and its client workers"
-        if backend == "ray"
+        if scenario.engine.simulation_backend() == "ray"
         else "starting the client worker processes"
     )
     try:
-        with simulation_engine(scenario), clients_backend(backend):
+        with simulation_engine(scenario):
             run_simulation(
                 server_app=server_app,
                 client_app=client_app(),
@@ -235,18 +234,23 @@ def run_ray(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
     return summary
 
 
-def clients_backend(backend: str) -> contextlib.AbstractContextManager[None]:
-    """What runs the clients: Flower's Ray backend as is, or :mod:`.process_backend`'s pool."""
-    if backend == "ray":
-        return contextlib.nullcontext()
-    from flowerbed.platform.process_backend import process_backend
+def clients_backend(scenario: Scenario) -> contextlib.AbstractContextManager[None]:
+    """What runs the clients: Flower's Ray backend as is, or :mod:`.process_backend`'s pool.
 
+    The pool's fork server is started here unless the run already started it
+    while building the data (a sweep's group does not).
+    """
+    if scenario.engine.simulation_backend() == "ray":
+        return contextlib.nullcontext()
+    from flowerbed.platform.process_backend import process_backend, start_fork_server
+
+    start_fork_server(scenario)
     return process_backend()
 
 
 @contextlib.contextmanager
 def simulation_engine(scenario: Scenario) -> Iterator[None]:
-    """Settings around a ``run_simulation`` call: quiet logs, worker threads, indexed LinkState.
+    """Settings around a ``run_simulation`` call: quiet logs, threads, LinkState, clients' backend.
 
     The call is also made stoppable (:func:`stoppable_simulation`): however
     it ends, nothing is left waiting or running afterwards.
@@ -258,6 +262,7 @@ def simulation_engine(scenario: Scenario) -> Iterator[None]:
         worker_threads(scenario.engine.client_resources.num_cpus),
         indexed_link_state(),
         stoppable_simulation(),
+        clients_backend(scenario),
     ):
         yield
 

@@ -123,7 +123,9 @@ def summary_rows(
     """Per group and source: ``n`` runs and each metric's mean and std over them.
 
     Partial runs pool only with partial runs stopped at the same round (their
-    source label names it), never with finished ones.
+    source label names it), never with finished ones. A source holding none
+    of ``metrics`` (DP's ``privacy`` results beside the accuracies) gets no
+    row, unless no source holds any.
     """
     cells: dict[tuple[str, str], dict[str, list[float]]] = {}
     first: dict[str, RunInfo] = {}
@@ -145,7 +147,8 @@ def summary_rows(
             mean, std = mean_std(samples) if samples else (math.nan, math.nan)
             row.update({f"{m} mean": mean, f"{m} std": std})
         rows.append(row)
-    return rows
+    with_values = [r for r in rows if r["n"] > 0]
+    return with_values or rows
 
 
 def client_table(clients: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -88,7 +88,14 @@ class SweepPoint:
         """Points with equal keys can share one Flower simulation (one Ray start-up)."""
         eng = self.scenario.engine
         res = eng.client_resources
-        return (eng.name, self.scenario.num_clients, res.num_cpus, res.num_gpus, eng.ray_num_cpus)
+        return (
+            eng.name,
+            eng.backend,
+            self.scenario.num_clients,
+            res.num_cpus,
+            res.num_gpus,
+            eng.ray_num_cpus,
+        )
 
 
 @dataclass(frozen=True)
