@@ -66,6 +66,10 @@ def _probe_app():
             return os.environ.get("FLOWERBED_PROBE"), os.getpid()
         if message == "raise":
             raise ValueError("probe failed")
+        if message == "threads":
+            import torch
+
+            return (os.environ["OMP_NUM_THREADS"], torch.get_num_threads()), os.getpid()
         if message == "crash":
             os.kill(os.getpid(), signal.SIGKILL)
         return message, os.getpid()
@@ -93,6 +97,16 @@ def test_backend_workers_see_the_current_environment_and_survive_crashes(monkeyp
     finally:
         backend.terminate()
     assert not any(p.is_alive() for p in processes)
+
+
+def test_a_worker_runs_torch_with_its_clients_cpus():
+    backend = ProcessBackend({"client_resources": {"num_cpus": 2}, "init_args": {"num_cpus": 2}})
+    backend.build(_probe_app)
+    try:
+        (threads, _), _ = backend.process_message("threads", "ctx")
+    finally:
+        backend.terminate()
+    assert threads == ("2", 2)
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ import os
 import pickle
 import queue
 import signal
+import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator
@@ -126,7 +127,7 @@ def start_fork_server(scenario: Scenario) -> None:
 
 
 def worker_environment() -> dict[str, str]:
-    """The driver's environment as a worker should see it, its pool's thread variables kept.
+    """The driver's environment as a worker should see it (the worker sets its thread variables).
 
     The fork server keeps the environment it started with; a later run (or
     a test) may have changed ``FLOWERBED_CACHE`` and the like since.
@@ -138,16 +139,20 @@ def worker_environment() -> dict[str, str]:
 
 
 def _serve(
-    conn: multiprocessing.connection.Connection, app_fn_bytes: bytes, env: dict[str, str]
+    conn: multiprocessing.connection.Connection,
+    app_fn_bytes: bytes,
+    env: dict[str, str],
+    threads: int,
 ) -> None:
     """A worker's loop: one pickled ``(Message, Context)`` in, ``(ok, reply)`` out, until EOF."""
     import cloudpickle
 
     # Ctrl-C reaches the whole process group; the driver decides how the run ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threads = {k: os.environ[k] for k in THREAD_VARS if k in os.environ}
     os.environ.clear()
-    os.environ.update({**env, **threads})
+    os.environ.update({**env, **dict.fromkeys(THREAD_VARS, str(threads))})
+    if "torch" in sys.modules:  # preloaded by the fork server, which may serve other runs
+        sys.modules["torch"].set_num_threads(threads)
     app_fn: Callable[[], ClientApp] = cloudpickle.loads(app_fn_bytes)
     while True:
         try:
@@ -210,6 +215,7 @@ class ProcessBackend(Backend):
         per_client = backend_config.get("client_resources", {}).get("num_cpus", 1.0)
         total = backend_config.get("init_args", {}).get("num_cpus") or available_cpus()
         self.size = pool_size(float(per_client), float(total))  # type: ignore[arg-type]
+        self.threads = max(1, int(float(per_client)))  # type: ignore[arg-type]
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._workers: list[_Worker] = []
         self._app_fn_bytes = b""
@@ -235,7 +241,7 @@ class ProcessBackend(Backend):
         parent, child = pool_context().Pipe()
         process = pool_context().Process(  # type: ignore[attr-defined]
             target=_serve,
-            args=(child, self._app_fn_bytes, worker_environment()),
+            args=(child, self._app_fn_bytes, worker_environment(), self.threads),
             name="flowerbed-client",
             daemon=True,
         )

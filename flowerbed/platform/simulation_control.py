@@ -90,8 +90,8 @@ def stoppable_grid(stop: threading.Event) -> type[InMemoryGrid]:
             group = sent[0].metadata.group_id if sent else ""
             end = None if timeout is None else time.time() + timeout
             replies: list[Message] = []
-            # Ray starts its workers while the first (setup) message waits for them.
-            starting = " (Ray is starting its workers)" if kind == keys.SETUP else ""
+            # The backend starts its workers while the first (setup) message waits for them.
+            starting = " (the client workers are starting)" if kind == keys.SETUP else ""
             while pending and (end is None or time.time() < end):
                 activity(waiting_text(len(sent), len(replies), kind, group) + starting)
                 got = list(self.pull_messages(pending))
