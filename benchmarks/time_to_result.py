@@ -191,7 +191,8 @@ def run_workload(
               f"raw {raw_runs[-1]['wall_s']:.1f} s, inline {inline_runs[-1]['wall_s']:.1f} s, "
               f"Ray backend {ray_runs[-1]['wall_s']:.1f} s{shown}", flush=True)
     ratios = [f["wall_s"] / r["wall_s"] for f, r in zip(fb_runs, raw_runs, strict=True)]
-    warm_ratios = [w["wall_s"] / r["wall_s"] for w, r in zip(warm_runs, raw_runs, strict=True)]
+    warm_ratios = [w["wall_s"] / r["wall_s"] for w, r in zip(warm_runs, raw_runs, strict=True)
+                   ] if warm_runs else []
     ray_ratios = [w["wall_s"] / r["wall_s"] for w, r in zip(ray_runs, raw_runs, strict=True)]
     return {
         "rounds": rounds, "pairs": pairs, "ratio": median(ratios), "ratios": ratios,

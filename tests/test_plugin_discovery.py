@@ -288,3 +288,29 @@ def test_import_order_does_not_change_the_vlm_union(order: str):
     child = json.loads(out.stdout.strip().splitlines()[-1])
     assert child["union"] == child["vlm"]
     assert {"two_tower", "open_clip", "synthetic_clip"} <= set(child["union"])
+
+
+def test_discovery_memo_gives_what_parsing_gives_and_rereads_an_edited_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh: None
+):
+    """The project's scan is kept between processes; a changed file is parsed again."""
+    monkeypatch.setenv("FLOWERBED_CACHE", str(tmp_path / "cache"))
+    root = Path(flowerbed.__file__).parent
+    parsed = list(plugins._scan_package(root, "flowerbed", plugins.PROJECT_SOURCE))
+    cold = plugins.discover()
+    plugins.clear_caches()
+    warm = plugins.discover()
+    assert (tmp_path / "cache" / "plugins").is_dir()
+    assert warm == cold
+    assert [m for m in parsed if m.module != "flowerbed.core.registry"] == list(warm.modules)
+
+    pkg = tmp_path / "memo_pkg"
+    pkg.mkdir()
+    plugin = pkg / "mod.py"
+    plugin.write_text('register("dataset", "memo_a")\n')
+    memo = plugins._ScanMemo.load()
+    first = list(plugins._scan_package(pkg, "memo_pkg", "x", memo))
+    plugin.write_text('register("dataset", "memo_b")  # longer, so the size changes\n')
+    second = list(plugins._scan_package(pkg, "memo_pkg", "x", memo))
+    assert [m.registrations for m in first] == [(("dataset", "memo_a"),)]
+    assert [m.registrations for m in second] == [(("dataset", "memo_b"),)]

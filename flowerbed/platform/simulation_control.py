@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from flwr.app import Message
 from flwr.superlink.grid.inmemory_grid import InMemoryGrid
@@ -48,6 +49,10 @@ def engine_failure(exc: BaseException) -> str:
 
 
 
+#: Seconds between two looks for replies (Flower's in-memory grid: 0.1).
+PULL_INTERVAL_S = 0.02
+
+
 def stoppable_grid(stop: threading.Event) -> type[InMemoryGrid]:
     """Flower's in-memory Grid, raising :class:`SimulationStoppedError` once ``stop`` is set.
 
@@ -59,7 +64,15 @@ def stoppable_grid(stop: threading.Event) -> type[InMemoryGrid]:
     """
 
     class StoppableInMemoryGrid(InMemoryGrid):
-        """``InMemoryGrid`` that gives up once the simulation engine has stopped."""
+        """``InMemoryGrid`` that gives up once the simulation engine has stopped.
+
+        It also looks for replies every 20 ms instead of Flower's 100 ms: a
+        round that waits on its replies otherwise lost 50 ms on average, 5 s
+        over a 100-round cross-device run whose clients train in milliseconds.
+        """
+
+        def __init__(self, state_factory: Any, pull_interval: float = PULL_INTERVAL_S) -> None:
+            super().__init__(state_factory=state_factory, pull_interval=pull_interval)
 
         def _check(self) -> None:
             if stop.is_set():
