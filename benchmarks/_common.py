@@ -258,7 +258,7 @@ def simulate(
 
     from flowerbed.platform.console import quiet_flower
     from flowerbed.platform.linkstate import indexed_link_state
-    from flowerbed.platform.runner import worker_threads
+    from flowerbed.platform.resources import worker_threads
 
     app = ServerApp()
     run = SimRun(label, time.perf_counter(), load=load_avg())

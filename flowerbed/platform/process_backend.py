@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 from flwr.clientapp.client_app import ClientAppException
 from flwr.server.superlink.fleet.vce.backend import Backend, BackendConfig
 
+from flowerbed.platform.resources import THREAD_VARS, worker_threads
+
 if TYPE_CHECKING:
     from flwr.app import Context, Message
     from flwr.clientapp import ClientApp
@@ -57,8 +59,6 @@ BASE_PRELOAD = (
     "torch._dynamo",
 )
 
-#: Thread variables a worker's libraries read once, at import.
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
@@ -111,19 +111,9 @@ def start_fork_server(scenario: Scenario) -> None:
     """
     from multiprocessing import forkserver
 
-    with _SERVER_LOCK:
-        threads = str(max(1, int(scenario.engine.client_resources.num_cpus)))
-        saved = {k: os.environ.get(k) for k in THREAD_VARS}
-        os.environ.update(dict.fromkeys(THREAD_VARS, threads))
-        try:
-            pool_context().set_forkserver_preload(preload_modules(scenario))
-            forkserver.ensure_running()
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+    with _SERVER_LOCK, worker_threads(scenario.engine.client_resources.num_cpus):
+        pool_context().set_forkserver_preload(preload_modules(scenario))
+        forkserver.ensure_running()
 
 
 def worker_environment() -> dict[str, str]:

@@ -15,9 +15,11 @@ device (no memory allocated); the data size from the dataset arrays.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +37,30 @@ SKIP_ENV = "FLOWERBED_SKIP_MEMORY_CHECK"
 
 class ResourceLimitError(RuntimeError):
     """A scenario asks for more than the machine has: memory, CPUs or GPUs per client."""
+
+
+#: Thread variables BLAS and OpenMP libraries read once, at import.
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def worker_threads(num_cpus: float) -> Iterator[None]:
+    """One BLAS/OpenMP thread per client CPU in the environment processes started now inherit.
+
+    Ray's workers and the process backend's fork server are started from
+    this process's environment (Flower owns Ray's ``runtime_env``), so the
+    variables are set here while they start and restored after.
+    """
+    saved = {k: os.environ.get(k) for k in THREAD_VARS}
+    os.environ.update(dict.fromkeys(THREAD_VARS, str(max(1, int(num_cpus)))))
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @dataclass(frozen=True)

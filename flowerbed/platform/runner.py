@@ -27,7 +27,12 @@ from flowerbed.core.records import METRICS_FILE, Recorder
 from flowerbed.core.scenario import Scenario, from_dict, load_scenario
 from flowerbed.platform.console import quiet_flower, warnings_once
 from flowerbed.platform.progress import LiveProgress, RunClock, activity, timed_by
-from flowerbed.platform.resources import check_memory, check_resources
+from flowerbed.platform.resources import (
+    THREAD_VARS,
+    check_memory,
+    check_resources,
+    worker_threads,
+)
 from flowerbed.platform.results import (
     InputPathError,
     Result,
@@ -85,28 +90,6 @@ def run_inline(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
 
     grid = InlineGrid(client_app(), scenario.num_clients)
     return serve(grid, scenario, recorder)
-
-
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
-@contextlib.contextmanager
-def worker_threads(num_cpus: float) -> Iterator[None]:
-    """Environment Ray workers inherit: one BLAS/OpenMP thread per client CPU.
-
-    Flower owns ``runtime_env``, so the variables are set in this process
-    while Ray starts (its local workers inherit them) and restored after.
-    """
-    saved = {k: os.environ.get(k) for k in THREAD_VARS}
-    os.environ.update({k: str(max(1, int(num_cpus))) for k in THREAD_VARS})
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def backend_config(scenario: Scenario) -> dict[str, Any]:
