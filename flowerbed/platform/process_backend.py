@@ -154,7 +154,10 @@ def _serve(
             reply: tuple[bool, Any] = (True, (app_fn()(message=message, context=context), context))
         except Exception as exc:  # noqa: BLE001 - sent to the driver, as a Ray actor raises it
             reply = (False, (str(exc), traceback.format_exc()))
-        conn.send_bytes(pickle.dumps(reply, protocol=_PROTOCOL))
+        try:
+            conn.send_bytes(pickle.dumps(reply, protocol=_PROTOCOL))
+        except OSError:  # the driver stopped (Ctrl-C, a crash): nobody waits for the reply
+            return
 
 
 @contextlib.contextmanager
@@ -210,6 +213,7 @@ class ProcessBackend(Backend):
         self._workers: list[_Worker] = []
         self._app_fn_bytes = b""
         self._lock = threading.Lock()
+        self._closing = threading.Event()
 
     @property
     def num_workers(self) -> int:
@@ -251,6 +255,8 @@ class ProcessBackend(Backend):
             worker.conn.send_bytes(pickle.dumps((message, context), protocol=_PROTOCOL))
             ok, payload = pickle.loads(worker.conn.recv_bytes())
         except (EOFError, OSError) as exc:
+            if self._closing.is_set():  # terminate() ended it mid-message
+                raise ClientAppException("the simulation stopped") from exc
             worker, code = self._replace(worker)
             raise ClientAppException(death_text(code, exc)) from exc
         finally:
@@ -273,7 +279,12 @@ class ProcessBackend(Backend):
         return worker, dead.process.exitcode
 
     def terminate(self) -> None:
-        """End every worker: close its pipe (it exits on EOF), then kill what is left."""
+        """End every worker: close its pipe (it exits on EOF), then kill what is left.
+
+        A worker still busy (the run was interrupted) is killed after the
+        grace time; it is not replaced.
+        """
+        self._closing.set()
         for worker in self._workers:
             with contextlib.suppress(OSError):
                 worker.conn.close()
