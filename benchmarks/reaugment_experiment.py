@@ -238,9 +238,11 @@ def plot(table: dict, path: Path) -> None:
         ax.set_title(f"{setting}: test MSE vs no augmentation")
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("MSE change vs none (%, mean over cells); < 0 is better")
-    axes[1].legend(loc="upper right", fontsize=8)
+    handles, labels = axes[1].get_legend_handles_labels()
+    # below the panels: inside, it hid the 100 % bars
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
     fig.suptitle("ReAugment and baselines (mean over datasets x forecasters x seeds)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=120)
 
 
