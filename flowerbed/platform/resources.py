@@ -268,8 +268,9 @@ def check_resources(scenario: Scenario, cpus: int | None = None) -> None:
     have_cpus = cpus or engine.ray_num_cpus or os.cpu_count() or 1
     if wanted.num_cpus > have_cpus:
         problems.append(
-            f"engine.client_resources.num_cpus={wanted.num_cpus:g} but Ray has {have_cpus} "
-            f"CPU(s) (engine.ray_num_cpus or this machine's count), so no client could start"
+            f"engine.client_resources.num_cpus={wanted.num_cpus:g} but the simulation has "
+            f"{have_cpus} CPU(s) (engine.ray_num_cpus or this machine's count), so no client "
+            f"could start"
         )
     if wanted.num_gpus > 0:
         have_gpus = visible_gpus()
