@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from flwr.clientapp.client_app import ClientAppException
 from flwr.server.superlink.fleet.vce.backend import Backend, BackendConfig
 
-from flowerbed.platform.resources import THREAD_VARS, worker_threads
+from flowerbed.platform.resources import THREAD_VARS, available_cpus, worker_threads
 
 if TYPE_CHECKING:
     from flwr.app import Context, Message
@@ -61,14 +61,6 @@ BASE_PRELOAD = (
 
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, else the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def pool_size(num_cpus: float, total_cpus: float) -> int:

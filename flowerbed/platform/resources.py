@@ -39,6 +39,14 @@ class ResourceLimitError(RuntimeError):
     """A scenario asks for more than the machine has: memory, CPUs or GPUs per client."""
 
 
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 #: Thread variables BLAS and OpenMP libraries read once, at import.
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -265,7 +273,7 @@ def check_resources(scenario: Scenario, cpus: int | None = None) -> None:
     if engine.name != "simulation" or os.environ.get("RAY_ADDRESS"):
         return
     problems = []
-    have_cpus = cpus or engine.ray_num_cpus or os.cpu_count() or 1
+    have_cpus = cpus or engine.ray_num_cpus or available_cpus()
     if wanted.num_cpus > have_cpus:
         problems.append(
             f"engine.client_resources.num_cpus={wanted.num_cpus:g} but the simulation has "
