@@ -242,7 +242,7 @@ def gen_ppl(ar, samples: torch.Tensor) -> float:
     return math.exp(float(nll))
 
 
-def text_models(scale: float):
+def text_models(scale: float, seed: int = 0):
     from flowerbed.core.artefacts import ensure_artefact
 
     p = MdlmPretrainParams(
@@ -252,12 +252,13 @@ def text_models(scale: float):
         steps=int(600 * scale),
         batch_size=32,
         lr=2e-3,
+        seed=seed,
     )
     ckpt = torch.load(ensure_artefact("imdm_mdlm", p), weights_only=True)
     log(f"MDLM artefact: {ckpt['metrics']}")
     tr, _ = text_windows(TEXT_L, 20000, 512, 0)
     train = torch.as_tensor(tr)
-    mdlm = build_denoiser(TEXT_ARCH, 256, TEXT_L, 0)
+    mdlm = build_denoiser(TEXT_ARCH, 256, TEXT_L, seed)
     mdlm.load_state_dict(ckpt["state"])
     return mdlm, train
 
@@ -267,16 +268,18 @@ def progress(student_steps: int, step: int, kl: float) -> None:
         log(f"  student {student_steps} steps, step {step}: kl {kl:.3f}")
 
 
-def cell_text(scale: float) -> list[dict]:
-    mdlm, train = text_models(scale)
+def cell_text(scale: float, seed: int = 0) -> list[dict]:
+    """Seed ``seed`` of the MDLM artefact, fine-tuning, distillation and sampling; the
+    data windows and the reference AR (the judge) are the same for every seed."""
+    mdlm, train = text_models(scale, seed)
     n_ar = int(400 * scale)
     ar = reference_ar(train, n_ar, OUT / f"reference_ar-{n_ar}.pt")
     _, te = text_windows(TEXT_L, 20000, 512, 0)
     data_ppl = gen_ppl(ar, torch.as_tensor(te[:256]))
     data_ent = imdm.unigram_entropy(torch.as_tensor(te[:256]))
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(seed)
     elbo = lambda m, b, g: imdm.elbo_loss(m, b, g)  # noqa: E731
-    im = build_denoiser(TEXT_ARCH.model_copy(update={"imdm": True}), 256, TEXT_L, 0)
+    im = build_denoiser(TEXT_ARCH.model_copy(update={"imdm": True}), 256, TEXT_L, seed)
     load_mdlm_into_imdm(im, mdlm.state_dict())
     ft = int(100 * scale)
     log("IMDM fine-tune")
@@ -292,7 +295,7 @@ def cell_text(scale: float) -> list[dict]:
     out = []
     for name, model in models.items():
         for k in TEXT_STEPS:
-            s = imdm.sample(model, 128, TEXT_L, k, torch.Generator().manual_seed(k))
+            s = imdm.sample(model, 128, TEXT_L, k, torch.Generator().manual_seed(k + 1000 * seed))
             out.append(
                 {
                     "model": name,
@@ -357,9 +360,77 @@ def report(path: Path) -> None:
                     f"{max(r['greedy_fmax'] for r in rs):.2f} | "
                     f"{ok_s} / {ok_g} of {len(rs)} | {paper} |"
                 )
-    sd = [r["result"] for r in all_rows if r["part"] == "sdtt"]
-    if sd:
-        print(f"\n## faithful pipeline, synthetic-align ({len(sd)} seeds): aligned rate")
+    report_sdtt([r for r in all_rows if r["part"] == "sdtt"])
+    for scale, runs in text_runs_by_scale([r for r in all_rows if r["part"] == "text"]):
+        res = mean_text_runs(runs)
+        print(
+            f"\n## text (byte windows, L=32), steps x{scale:g} (MDLM {int(600 * scale)} steps, "
+            f"reference AR {int(400 * scale)}; {len(runs)} seed(s)): generative perplexity "
+            "(entropy) vs steps" + (", mean ± sd over seeds" if len(runs) > 1 else "")
+        )
+        print("| model | " + " | ".join(str(k) for k in TEXT_STEPS) + " |")
+        print("|---|" + "---|" * len(TEXT_STEPS))
+        for name in ("MDLM", "IMDM", "MDLM-SDTT", "IM-SDTT"):
+            by = {r["steps"]: r for r in res if r["model"] == name}
+            print(f"| {name} | " + " | ".join(text_cell(by[k]) for k in TEXT_STEPS) + " |")
+        data = next(r for r in res if r["model"] == "data")
+        print(f"| held-out data | {data['gen_ppl']:.1f} ({data['entropy']:.2f}) |")
+        plot_text(res, scale, len(runs))
+
+
+def text_runs_by_scale(text: list[dict]) -> list[tuple[float, list[list[dict]]]]:
+    """Per ``--steps-scale`` (smallest first), the newest result of each seed."""
+    newest: dict[float, dict[int, list[dict]]] = {}
+    for r in text:
+        newest.setdefault(float(r["key"].rsplit("/", 1)[1]), {})[r["seed"]] = r["result"]
+    return [(k, [newest[k][s] for s in sorted(newest[k])]) for k in sorted(newest)]
+
+
+def mean_text_runs(runs: list[list[dict]]) -> list[dict]:
+    """Rows (model, steps) with the mean and sd of perplexity and entropy over the runs."""
+    import numpy as np
+
+    out = []
+    for row in runs[0]:
+        same = [
+            next(r for r in run if r["model"] == row["model"] and r["steps"] == row["steps"])
+            for run in runs
+        ]
+        ppl = np.array([r["gen_ppl"] for r in same])
+        ent = np.array([r["entropy"] for r in same])
+        many = len(same) > 1
+        out.append(
+            {
+                "model": row["model"],
+                "steps": row["steps"],
+                "gen_ppl": float(ppl.mean()),
+                "gen_ppl_sd": float(ppl.std(ddof=1)) if many else 0.0,
+                "entropy": float(ent.mean()),
+                "entropy_sd": float(ent.std(ddof=1)) if many else 0.0,
+            }
+        )
+    return out
+
+
+def text_cell(r: dict) -> str:
+    """``ppl (entropy)``, with ``± sd`` when the row is a mean over seeds."""
+    if r["gen_ppl_sd"] == 0.0:
+        return f"{r['gen_ppl']:.1f} ({r['entropy']:.2f})"
+    return (
+        f"{r['gen_ppl']:.1f} ± {r['gen_ppl_sd']:.1f} ({r['entropy']:.2f} ± {r['entropy_sd']:.2f})"
+    )
+
+
+def report_sdtt(sd_rows: list[dict]) -> None:
+    """One aligned-rate table per step budget (the key's last field is ``--steps-scale``)."""
+    scales = sorted({float(r["key"].rsplit("/", 1)[1]) for r in sd_rows})
+    for scale in scales:
+        sd = [r["result"] for r in sd_rows if float(r["key"].rsplit("/", 1)[1]) == scale]
+        print(
+            f"\n## faithful pipeline, synthetic-align, steps x{scale:g} (MDLM {int(600 * scale)}"
+            f" ELBO steps, then {int(150 * scale)} for IMDM / MDLM, SDTT 16 → 1 teacher steps,"
+            f" {int(100 * scale)} steps per phase; {len(sd)} seeds): aligned rate"
+        )
         print("| model | 1 step | 2 steps | 4 steps | 8 steps |")
         print("|---|---|---|---|---|")
         for name in ("mdlm", "imdm", "mdlm-sdtt", "imdm-sdtt"):
@@ -367,25 +438,9 @@ def report(path: Path) -> None:
             cells = [mean_sd([r[f"{name}@{k}"] for r in sd]) for k in ks]
             label = {"imdm-sdtt": "IM-SDTT", "mdlm-sdtt": "MDLM-SDTT"}.get(name, name.upper())
             print(f"| {label} | " + " | ".join(cells + ["—"] * (4 - len(cells))) + " |")
-    text = [r for r in all_rows if r["part"] == "text"]
-    if text:
-        res = text[-1]["result"]
-        print("\n## text (byte windows, L=32): generative perplexity (entropy) vs steps")
-        print("| model | " + " | ".join(str(k) for k in TEXT_STEPS) + " |")
-        print("|---|" + "---|" * len(TEXT_STEPS))
-        for name in ("MDLM", "IMDM", "MDLM-SDTT", "IM-SDTT"):
-            by = {r["steps"]: r for r in res if r["model"] == name}
-            print(
-                f"| {name} | "
-                + " | ".join(f"{by[k]['gen_ppl']:.1f} ({by[k]['entropy']:.2f})" for k in TEXT_STEPS)
-                + " |"
-            )
-        data = next(r for r in res if r["model"] == "data")
-        print(f"| held-out data | {data['gen_ppl']:.1f} ({data['entropy']:.2f}) |")
-        plot_text(res)
 
 
-def plot_text(res: list[dict]) -> None:
+def plot_text(res: list[dict], scale: float = 1.0, n_seeds: int = 1) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -417,9 +472,14 @@ def plot_text(res: list[dict]) -> None:
     axes[1].set_title("Entropy vs steps (collapse check)")
     handles, labels = axes[1].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=9)
-    fig.suptitle("IMDM vs MDLM, with SDTT distillation: byte-level glosses + fortunes, L=32")
+    fig.suptitle(
+        "IMDM vs MDLM, with SDTT distillation: byte-level glosses + fortunes, L=32"
+        + ("" if scale == 1.0 else f", training steps x{scale:g}")
+        + ("" if n_seeds == 1 else f", mean of {n_seeds} seeds")
+    )
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.savefig(OUT / "text_steps.png", dpi=110)
+    name = "text_steps.png" if scale == 1.0 else f"text_steps_x{scale:g}.png"
+    fig.savefig(OUT / name, dpi=110)
     plt.close(fig)
 
 
@@ -454,6 +514,13 @@ def main() -> None:
         help="one-step models, run in this order for each seed",
     )
     ap.add_argument("--steps-scale", type=float, default=1.0)
+    ap.add_argument(
+        "--text-seeds",
+        nargs="+",
+        type=int,
+        default=[0],
+        help="seeds of the text part (each retrains the MDLM artefact at that seed)",
+    )
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--out", type=Path, default=OUT / "cells.jsonl")
     args = ap.parse_args()
@@ -477,7 +544,7 @@ def main() -> None:
             elif part == "sdtt":
                 jobs = [(part, "both", s) for s in args.seeds]
             elif part == "text":
-                jobs = [(part, "all", 0)]
+                jobs = [(part, "all", s) for s in args.text_seeds]
             for part_, model, seed in jobs:
                 key = (
                     onestep_key(model, seed, budget, args.steps_scale)
@@ -493,7 +560,7 @@ def main() -> None:
                 elif part_ == "sdtt":
                     result = cell_sdtt(seed, args.steps_scale)
                 else:
-                    result = cell_text(args.steps_scale)
+                    result = cell_text(args.steps_scale, seed)
                 row = {
                     "key": key,
                     "part": part_,
