@@ -256,11 +256,10 @@ def text_models(scale: float, seed: int = 0):
     )
     ckpt = torch.load(ensure_artefact("imdm_mdlm", p), weights_only=True)
     log(f"MDLM artefact: {ckpt['metrics']}")
-    tr, _ = text_windows(TEXT_L, 20000, 512, 0)
-    train = torch.as_tensor(tr)
+    tr, te = text_windows(TEXT_L, 20000, 512, 0)
     mdlm = build_denoiser(TEXT_ARCH, 256, TEXT_L, seed)
     mdlm.load_state_dict(ckpt["state"])
-    return mdlm, train
+    return mdlm, torch.as_tensor(tr), torch.as_tensor(te)
 
 
 def progress(student_steps: int, step: int, kl: float) -> None:
@@ -271,12 +270,11 @@ def progress(student_steps: int, step: int, kl: float) -> None:
 def cell_text(scale: float, seed: int = 0) -> list[dict]:
     """Seed ``seed`` of the MDLM artefact, fine-tuning, distillation and sampling; the
     data windows and the reference AR (the judge) are the same for every seed."""
-    mdlm, train = text_models(scale, seed)
+    mdlm, train, test = text_models(scale, seed)
     n_ar = int(400 * scale)
     ar = reference_ar(train, n_ar, OUT / f"reference_ar-{n_ar}.pt")
-    _, te = text_windows(TEXT_L, 20000, 512, 0)
-    data_ppl = gen_ppl(ar, torch.as_tensor(te[:256]))
-    data_ent = imdm.unigram_entropy(torch.as_tensor(te[:256]))
+    data_ppl = gen_ppl(ar, test[:256])
+    data_ent = imdm.unigram_entropy(test[:256])
     gen = torch.Generator().manual_seed(seed)
     elbo = lambda m, b, g: imdm.elbo_loss(m, b, g)  # noqa: E731
     im = build_denoiser(TEXT_ARCH.model_copy(update={"imdm": True}), 256, TEXT_L, seed)
@@ -378,11 +376,16 @@ def report(path: Path) -> None:
         plot_text(res, scale, len(runs))
 
 
+def row_scale(row: dict) -> float:
+    """The ``--steps-scale`` of an sdtt or text row (the last field of its key)."""
+    return float(row["key"].rsplit("/", 1)[1])
+
+
 def text_runs_by_scale(text: list[dict]) -> list[tuple[float, list[list[dict]]]]:
     """Per ``--steps-scale`` (smallest first), the newest result of each seed."""
     newest: dict[float, dict[int, list[dict]]] = {}
     for r in text:
-        newest.setdefault(float(r["key"].rsplit("/", 1)[1]), {})[r["seed"]] = r["result"]
+        newest.setdefault(row_scale(r), {})[r["seed"]] = r["result"]
     return [(k, [newest[k][s] for s in sorted(newest[k])]) for k in sorted(newest)]
 
 
@@ -423,9 +426,8 @@ def text_cell(r: dict) -> str:
 
 def report_sdtt(sd_rows: list[dict]) -> None:
     """One aligned-rate table per step budget (the key's last field is ``--steps-scale``)."""
-    scales = sorted({float(r["key"].rsplit("/", 1)[1]) for r in sd_rows})
-    for scale in scales:
-        sd = [r["result"] for r in sd_rows if float(r["key"].rsplit("/", 1)[1]) == scale]
+    for scale in sorted({row_scale(r) for r in sd_rows}):
+        sd = [r["result"] for r in sd_rows if row_scale(r) == scale]
         print(
             f"\n## faithful pipeline, synthetic-align, steps x{scale:g} (MDLM {int(600 * scale)}"
             f" ELBO steps, then {int(150 * scale)} for IMDM / MDLM, SDTT 16 → 1 teacher steps,"
