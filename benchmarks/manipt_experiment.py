@@ -121,9 +121,14 @@ def run(args: argparse.Namespace) -> None:
 
 
 def mean_std(vals: list[float]) -> str:
-    """``mean±std`` in percent."""
+    """``mean±std`` in percent (sample std; no ± for a single value)."""
     a = 100 * np.asarray(vals, dtype=float)
-    return f"{a.mean():.1f}±{a.std():.1f}" if len(a) > 1 else f"{a.mean():.1f}"
+    return f"{a.mean():.1f}±{a.std(ddof=1):.1f}" if len(a) > 1 else f"{a.mean():.1f}"
+
+
+def seeds_of(cells: list[dict[str, Any]]) -> list[int]:
+    """The seeds present in ``cells``."""
+    return sorted({int(c["seed"]) for c in cells})
 
 
 def by(cells: list[dict[str, Any]], **kw: Any) -> list[dict[str, Any]]:
@@ -164,17 +169,19 @@ def report(cells: list[dict[str, Any]]) -> str:
     few = by(cells, setting="fewshot")
     if few:
         shots = sorted({c["shots"] for c in few})
-        lines += ["### Few-shot (64 classes; accuracy %, mean over seeds)", "",
+        lines += [f"### Few-shot (64 classes; accuracy %, mean±std over seeds {seeds_of(few)}; "
+                  "a cell with fewer seeds shows them as [n])", "",
                   "| method | " + " | ".join(f"{s} shots" for s in shots) + " |",
                   "|---|" + "---|" * len(shots)]
-        zs = [metric(by(few, shots=s, method="manipt") or by(few, shots=s),
-                     "base_zero_shot_accuracy") for s in shots]
-        lines.append("| zero-shot | " + " | ".join(mean_std(z) for z in zs) + " |")
+        zero = [metric(by(few, shots=s, method="manipt") or by(few, shots=s),
+                       "base_zero_shot_accuracy") for s in shots]
+        lines.append("| zero-shot | " + " | ".join(mean_std(z) for z in zero) + " |")
         for m in METHODS:
             vals = [metric(by(few, shots=s, method=m), "base_accuracy") for s in shots]
             if any(vals):
                 lines.append(f"| {LABEL[m]} | " + " | ".join(
-                    mean_std(v) if v else "—" for v in vals) + " |")
+                    (mean_std(v) + ("" if len(v) == len(seeds_of(few)) else f" [{len(v)}]"))
+                    if v else "—" for v in vals) + " |")
         lines.append("")
     for setting, title, keys in (
         ("cross", "Cross-dataset (tuned on concepts, 16 shots, 64 classes)",
@@ -186,7 +193,7 @@ def report(cells: list[dict[str, Any]]) -> str:
         cs = by(cells, setting=setting)
         if not cs:
             continue
-        lines += [f"### {title}; accuracy %", "",
+        lines += [f"### {title}; accuracy %, mean±std over seeds {seeds_of(cs)}", "",
                   "| method | " + " | ".join(k for k, _ in keys) + " |",
                   "|---|" + "---|" * len(keys)]
         zs = by(cs, method="manipt") or cs

@@ -166,6 +166,40 @@ def summarise(rows: list[dict], target: str, mode: str, shots: int) -> dict[str,
     return table
 
 
+def _subjects(subjects: set[int]) -> str:
+    """``1-10`` for a run of consecutive subjects, else the list."""
+    ss = sorted(subjects)
+    if len(ss) > 2 and ss == list(range(ss[0], ss[-1] + 1)):
+        return f"{ss[0]}-{ss[-1]}"
+    return ", ".join(map(str, ss))
+
+
+def views(sel: list[dict]) -> list[tuple[str, list[dict]]]:
+    """Balanced subsets of one cell's episodes, each with the subjects and seeds it holds.
+
+    The mean over subjects per seed only compares seeds when every seed ran the
+    same subjects. When they did not, two balanced views replace the mixed one:
+    every subject at the seeds that ran all of them, and the subjects that every
+    seed ran, at every seed.
+    """
+    by_seed: dict[int, set[int]] = defaultdict(set)
+    for r in sel:
+        by_seed[int(r["seed"])].add(int(r["subject"]))
+    union = set().union(*by_seed.values())
+    if all(s == union for s in by_seed.values()):
+        return [(f"subjects {_subjects(union)}, seeds {sorted(by_seed)}", sel)]
+    out = []
+    full = sorted(k for k, s in by_seed.items() if s == union)
+    if full:
+        out.append((f"subjects {_subjects(union)}, seeds {full}",
+                    [r for r in sel if int(r["seed"]) in full]))
+    common = set.intersection(*by_seed.values())
+    if common:
+        out.append((f"subjects {_subjects(common)}, seeds {sorted(by_seed)}",
+                    [r for r in sel if int(r["subject"]) in common]))
+    return out or [("unbalanced: every episode", sel)]
+
+
 def print_tables(rows: list[dict]) -> None:
     print(
         "\nPaper (third-party, unverified; accuracy on HHAR, 6 classes):",
@@ -177,30 +211,34 @@ def print_tables(rows: list[dict]) -> None:
                 {r["shots"] for r in rows if r["target"] == target and r["mode"] == mode}
             )
             for k in shots:
-                t = summarise(rows, target, mode, k)
-                if not t:
-                    continue
-                print(
-                    f"\n## {target} / {mode} / {k}-shot  (macro-F1: mean over subjects, then "
-                    "mean ± sample std over seeds; one seed: no ±)"
-                )
-                print(
-                    f"{'method':26s} {'macro-F1':>14s} {'acc %':>6s} {'seeds':>5s} "
-                    f"{'subj':>4s} {'params':>10s} {'MFLOPs':>8s} {'train s':>8s}"
-                )
-                for m, v in sorted(t.items(), key=lambda kv: -kv[1]["f1"]):
-                    f1 = (
-                        f"{v['f1']:.3f} ± {v['std']:.3f}"
-                        if v["seeds"] > 1
-                        else f"{v['f1']:.3f}        "
-                    )
-                    print(
-                        f"{m:26s} {f1:>14s} {100 * v['accuracy']:6.1f} "
-                        f"{v['seeds']:5d} {v['subjects']:4d} {v['params']:10.0f} "
-                        f"{v['mflops']:8.2f} {v['train_seconds']:8.1f}"
-                    )
-                claim(t, target, mode, k)
+                sel = [r for r in rows
+                       if r["target"] == target and r["mode"] == mode and r["shots"] == k]
+                for label, sub in views(sel):
+                    table(sub, target, mode, k, label)
                 per_subject(rows, target, mode, k)
+
+
+def table(rows: list[dict], target: str, mode: str, k: int, label: str) -> None:
+    """One cell's table (methods by macro-F1, with costs) and the claim at 5 shots."""
+    t = summarise(rows, target, mode, k)
+    if not t:
+        return
+    print(
+        f"\n## {target} / {mode} / {k}-shot, {label}  (macro-F1: mean over subjects, then "
+        "mean ± sample std over seeds; one seed: no ±)"
+    )
+    print(
+        f"{'method':26s} {'macro-F1':>14s} {'acc %':>6s} {'seeds':>5s} "
+        f"{'subj':>4s} {'params':>10s} {'MFLOPs':>8s} {'train s':>8s}"
+    )
+    for m, v in sorted(t.items(), key=lambda kv: -kv[1]["f1"]):
+        f1 = f"{v['f1']:.3f} ± {v['std']:.3f}" if v["seeds"] > 1 else f"{v['f1']:.3f}        "
+        print(
+            f"{m:26s} {f1:>14s} {100 * v['accuracy']:6.1f} "
+            f"{v['seeds']:5d} {v['subjects']:4d} {v['params']:10.0f} "
+            f"{v['mflops']:8.2f} {v['train_seconds']:8.1f}"
+        )
+    claim(t, target, mode, k)
 
 
 def per_subject(rows: list[dict], target: str, mode: str, shots: int) -> None:
@@ -271,11 +309,19 @@ def plot(rows: list[dict], path: Path) -> None:
     n = len(curves) + len(cells)
     if n == 0:
         return
-    fig, axes = plt.subplots(1, n, figsize=(6.2 * n, 5.6), squeeze=False)
-    axes = axes[0]
+    ncol = min(n, 3)
+    nrow = -(-n // ncol)
+    fig, grid = plt.subplots(nrow, ncol, figsize=(6.2 * ncol, 5.6 * nrow), squeeze=False)
+    axes = grid.ravel()
+    for ax in axes[n:]:
+        ax.set_visible(False)
     for ax, target in zip(axes, curves, strict=False):
         shots = sorted({k for t, m, k in cells if t == target and m == "local"})
-        tables = {k: summarise(rows, target, "local", k) for k in shots}
+        local = [r for r in rows if r["target"] == target and r["mode"] == "local"]
+        pairs = set.intersection(*(
+            {(r["subject"], r["seed"]) for r in local if r["shots"] == k} for k in shots))
+        local = [r for r in local if (r["subject"], r["seed"]) in pairs]
+        tables = {k: summarise(local, target, "local", k) for k in shots}
         for m in sorted({m for t in tables.values() for m in t}):
             ks = [k for k in shots if m in tables[k]]
             ax.errorbar(
@@ -290,11 +336,15 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_xticks(shots)
         ax.set_xlabel("shots per class")
         ax.set_ylabel("macro-F1")
-        ax.set_title(f"{target}, per subject: macro-F1 vs shots")
+        ax.set_title(f"{target}, per subject: macro-F1 vs shots\n"
+                     f"({len(pairs)} (subject, seed) pair(s) run at every shot count)",
+                     fontsize=10)
         ax.legend(fontsize=6)
         ax.grid(alpha=0.3)
-    for ax, (target, mode, k) in zip(axes[len(curves) :], cells, strict=True):
-        t = summarise(rows, target, mode, k)
+    for ax, (target, mode, k) in zip(axes[len(curves) : n], cells, strict=True):
+        sel = [r for r in rows if r["target"] == target and r["mode"] == mode and r["shots"] == k]
+        label, sub = max(views(sel), key=lambda v: len({r["seed"] for r in v[1]}))
+        t = summarise(sub, target, mode, k)
         eps = max(v["episodes"] for v in t.values())
         order = sorted(t, key=lambda m: t[m]["f1"])
         ys = np.arange(len(order))
@@ -321,7 +371,7 @@ def plot(rows: list[dict], path: Path) -> None:
             if mode == "local" and target == "watch"
             else ("leave-one-subject-out" if mode == "loso" else "IID, one group")
         )
-        ax.set_title(f"{target}, {what}, {k}-shot ({eps} episode(s))", fontsize=10)
+        ax.set_title(f"{target}, {what}, {k}-shot ({eps} episode(s))\n{label}", fontsize=10)
         ax.grid(alpha=0.3, axis="x")
     fig.suptitle("XTransfer (black bars) vs baselines: accuracy and edge cost", fontsize=11)
     fig.tight_layout()
