@@ -30,6 +30,8 @@ from flowerbed.algorithms.xtransfer_layers import (
     PreResizer,
     make_splice,
 )
+from flowerbed.core.registry import register
+from flowerbed.data.base import Dataset, DatasetMeta
 
 torch.set_num_threads(1)
 
@@ -672,3 +674,135 @@ def test_scenario_validates():
     s = load_scenario("scenarios/xtransfer/watch.yaml")
     assert s.component("learner").name == "xtransfer"
     assert s.component("strategy").name == "local"
+
+
+# --- FedAvg of the recombined models (strategy xtransfer_fedavg) ------------------------
+
+def test_groups_collect_equal_signatures_and_signature_separates_class_sets():
+    from flowerbed.algorithms.xtransfer_fedavg import groups, signature
+
+    shapes = {"w": (4, 3), "b": (4,)}
+    a = signature("sig_0", [0, 1, 2], shapes)
+    assert a == signature("sig_0", [0, 1, 2], dict(reversed(shapes.items())))
+    assert a != signature("sig_0", [0, 1], shapes)  # heads map to other classes
+    assert a != signature("sig_0->sig_1", [0, 1, 2], shapes)
+    assert a != signature("sig_0", [0, 1, 2], {"w": (4, 2), "b": (4,)})  # pruned otherwise
+    sigs = {7: "x", 3: "y", 1: "x", 4: "z", 9: "y", 2: "x"}
+    brute = [sorted(p for p in sigs if sigs[p] == s) for s in set(sigs.values())]
+    assert sorted(groups(sigs)) == sorted(g for g in brute if len(g) >= 2)
+    assert groups(sigs) == [[1, 2, 7], [3, 9]]
+    assert sorted(groups(sigs, 1)) == sorted(brute)
+
+
+@register("dataset", "xtransfer_test_windows")
+def _windows_dataset(params, *, seed):
+    """Three subjects of toy 2-channel sine windows, 3 classes, 14 windows per class each."""
+
+    xs_, ys_, gs = [], [], []
+    for subject in range(3):
+        x, y = _toy_target(n_per_class=14, seed=seed + subject)
+        xs_.append(x.numpy().reshape(len(y), -1))
+        ys_.append(y)
+        gs += [f"s{subject}"] * len(y)
+    meta = DatasetMeta("xtransfer_test_windows", "classification", 48, 3, input_shape=(2, 24))
+    x = np.concatenate(xs_).astype(np.float32)
+    return Dataset(x, np.concatenate(ys_), x[:0], np.zeros(0, int), meta,
+                   groups_train=np.asarray(gs))
+
+
+def _fedavg_scenario(strategy):
+    return {
+        "name": "xtransfer_fedavg_test", "seed": 1, "num_clients": 3, "rounds": 2,
+        "dataset": {"name": "xtransfer_test_windows"},
+        "partition": {"name": "natural_id"},
+        "clients": {"local_test_fraction": 0.0},
+        "learner": {"name": "xtransfer", "sources": ["signal_cnn"], "shots": 3, "val": 3,
+                    "episodes": 10, "rotation_steps": 2, "prune": False,
+                    "finetune_steps": 5},
+        "strategy": strategy, "engine": "inline", "baselines": [],
+    }
+
+
+@pytest.fixture
+def one_layer_pool(monkeypatch):
+    """Every client gets the same one-layer pool, so every search ends in one architecture."""
+    from flowerbed.clients import xtransfer_learner
+
+    pool = [e for e in _toy_pool() if e.source == "sig" and e.index == 0]
+    monkeypatch.setattr(xtransfer_learner, "build_pool", lambda p, names=None: pool)
+
+
+def _heads(run_dir, pids):
+    return [torch.load(run_dir / "client_state" / f"client_{pid}" / "xtransfer_fedavg"
+                       / "head.pt", weights_only=False) for pid in pids]
+
+
+def test_fedavg_of_recombined_models_is_the_group_mean_then_local_rounds(
+        one_layer_pool, tmp_path):
+    import json
+
+    from sklearn.metrics import f1_score
+
+    import flowerbed
+    from flowerbed.algorithms.xtransfer_search import train_head
+    from flowerbed.clients.learner import client_seed
+    from flowerbed.clients.xtransfer_learner import XTransferLearner
+    from flowerbed.core import keys
+    from flowerbed.core.scenario import from_dict
+
+    local = flowerbed.run(_fedavg_scenario({"name": "local"}), output_dir=tmp_path / "l")
+    spec = _fedavg_scenario({"name": "xtransfer_fedavg", "local_steps": 0})
+    res = flowerbed.run(spec, output_dir=tmp_path / "f")
+    fed = res.final("federated")
+    # round 1 is strategy local's episode: the same seeds, the same local figures
+    for name in ("test/xtransfer_macro_f1", "test/xtransfer_knn_macro_f1"):
+        assert fed[name] == local.final("federated")[name]
+    assert fed["fedavg/groups"] == 1 and fed["fedavg/grouped_clients"] == 3
+    info = json.loads((res.run_dir / "xtransfer_fedavg_groups.json").read_text())
+    assert info["groups"] == [[0, 1, 2]] and info["structures"] == ["sig_0"]
+    # with 0 local steps the group's model is the plain mean of the three local heads
+    heads = _heads(res.run_dir, [0, 1, 2])
+    states = [h.state_dict() for h in heads]
+    mean = {k: np.mean([s[k].double().numpy() for s in states], axis=0) for k in states[0]}
+    saved = np.load(res.run_dir / "local_arrays" / "xtransfer_fedavg" / "group_0.npz")
+    for k, v in mean.items():
+        if k.endswith("num_batches_tracked"):
+            continue
+        np.testing.assert_allclose(saved[k], v, rtol=1e-6, atol=1e-7)
+    # and each client's F1 is the mean model's on its own query windows
+    scenario = from_dict(spec)
+    learner = XTransferLearner(XTransferLearner.Params(**{k: v for k, v in spec["learner"].items()
+                                                         if k != "name"}), scenario=scenario)
+    from flowerbed.data.federated import federated_data
+
+    data = federated_data(scenario)
+    for pid, head in enumerate(heads):
+        head.load_state_dict({k: torch.as_tensor(mean[k], dtype=v.dtype)
+                              for k, v in head.state_dict().items()})
+        inp = learner._inputs(data.client(pid),
+                              client_seed(scenario, pid, keys.LOCAL_TASK, 1))
+        with torch.no_grad():
+            pred = head(inp.x[inp.split.query]).argmax(1).numpy()
+        ref = f1_score(inp.y[inp.split.query], pred, average="macro")
+        assert info["clients"][str(pid)]["fedavg_macro_f1"] == pytest.approx(ref, abs=1e-9)
+    # one round of local training: the mean of each client's steps from the mean
+    spec2 = _fedavg_scenario({"name": "xtransfer_fedavg", "local_steps": 4})
+    res2 = flowerbed.run(spec2, output_dir=tmp_path / "g")
+    scenario2 = from_dict(spec2)
+    trained = []
+    for pid, head in enumerate(_heads(res2.run_dir, [0, 1, 2])):
+        head.load_state_dict({k: torch.as_tensor(mean[k], dtype=v.dtype)
+                              for k, v in head.state_dict().items()})
+        inp = learner._inputs(data.client(pid),
+                              client_seed(scenario2, pid, keys.LOCAL_TASK, 1))
+        torch.manual_seed(client_seed(scenario2, pid, "train.xtransfer_fedavg", 2) % 2**31)
+        rows = inp.split.val
+        train_head(head, inp.x[rows], inp.y[rows], 4)
+        trained.append(head.state_dict())
+    saved2 = np.load(res2.run_dir / "local_arrays" / "xtransfer_fedavg" / "group_0.npz")
+    for k in mean:
+        if k.endswith("num_batches_tracked"):
+            continue
+        ref = np.mean([t[k].double().numpy() for t in trained], axis=0)
+        np.testing.assert_allclose(saved2[k], ref, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(saved2["linear.weight"], mean["linear.weight"])

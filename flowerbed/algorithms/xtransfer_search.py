@@ -531,6 +531,15 @@ def finetune(
     """
     torch.manual_seed(seed)
     head = LinearHead(copy.deepcopy(model), n_classes, x)
+    return train_head(head, x, y, steps)
+
+
+def train_head(head: LinearHead, x: torch.Tensor, y: np.ndarray, steps: int) -> LinearHead:
+    """``steps`` full-batch steps of :func:`finetune`'s training on ``head``, in place.
+
+    Connectors frozen, SGD lr 0.01 momentum 0.95 (fresh), cross-entropy. Also
+    a client's local training in a FedAvg round of the recombined model.
+    """
     head.requires_grad_(True)
     for m in head.model.modules():
         if isinstance(m, Connector):

@@ -11,22 +11,34 @@ scored on its remaining windows (or on its held-out rows when
 same once on every subject's rows pooled. Baselines named in ``baselines``
 run on the same shots in the same call; each metric is prefixed by its method.
 The chosen structure and the search record go to ``client_state("xtransfer")``.
+
+Strategy ``xtransfer_fedavg`` uses three more messages: ``train.xtransfer_search``
+(the same episode, also returning the linear head's arrays and what groups it),
+``train.xtransfer_fedavg`` (train a group's average further) and
+``evaluate.xtransfer_fedavg`` (score it on the query windows); the head of round
+1 waits in ``client_state("xtransfer_fedavg")`` between them.
 """
 
 from __future__ import annotations
 
+import io
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from flowerbed.clients.learner import Learner, TaskContext
+from flowerbed.clients.learner import Learner, TaskContext, client_seed
+from flowerbed.core import keys
 from flowerbed.core.messages import Payload
 from flowerbed.core.registry import Params, register
 from flowerbed.data.base import ClientData
 
 if TYPE_CHECKING:
-    from flowerbed.algorithms.xtransfer_search import SearchConfig, SourceLayer
+    import torch
+
+    from flowerbed.algorithms.xtransfer_search import LinearHead, SearchConfig, SourceLayer
+    from flowerbed.models.xtransfer_baselines import Split
 
 Source = Literal["efficientnet", "minilm", "crepe", "fmnist_cnn", "signal_cnn"]
 Baseline = Literal["scratch_cnn", "stats_logreg", "linear_probe", "finetune", "single_source"]
@@ -93,16 +105,22 @@ def build_pool(p: XTransferParams, names: tuple[str, ...] | None = None) -> list
                                  p.anchors_per_class)]
 
 
-def episode_metrics(p: XTransferParams, x: np.ndarray, y: np.ndarray, seed: int,
-                    query: tuple[np.ndarray, np.ndarray] | None = None,
-                    finetune_sources: tuple[str, ...] | None = None
-                    ) -> tuple[dict[str, float], dict[str, object]]:
-    """Run XTransfer and ``p.baselines`` on one episode; metrics and a JSON-able record.
+@dataclass
+class EpisodeInputs:
+    """One episode's windows, labels remapped to ``0..K-1``, the split, and the classes."""
 
-    ``x`` is ``(n, C, T)``; labels are remapped to ``0..K-1``. Without ``query``
-    the query windows are the rows left after drawing the shots. ``finetune_sources``
-    restricts the ``finetune`` baseline to those sources (default: every source;
-    the benchmark skips the slow EfficientNet / MiniLM fine-tunes on a loaded machine).
+    x: torch.Tensor
+    y: np.ndarray
+    split: Split
+    classes: np.ndarray
+
+
+def episode_inputs(p: XTransferParams, x: np.ndarray, y: np.ndarray, seed: int,
+                   query: tuple[np.ndarray, np.ndarray] | None = None) -> EpisodeInputs:
+    """The windows and split of an episode (the same for the same ``seed``).
+
+    ``x`` is ``(n, C, T)``. Without ``query`` the query windows are the rows
+    left after drawing the shots; with it, they are ``query`` appended after ``x``.
     """
     import torch
 
@@ -118,6 +136,32 @@ def episode_metrics(p: XTransferParams, x: np.ndarray, y: np.ndarray, seed: int,
         offset = len(yy)
         yy = np.concatenate([yy, yq])
         split = xb.Split(split.support, split.val, offset + np.arange(len(yq)))
+    return EpisodeInputs(xt, yy, split, classes)
+
+
+def episode_metrics(p: XTransferParams, x: np.ndarray, y: np.ndarray, seed: int,
+                    query: tuple[np.ndarray, np.ndarray] | None = None,
+                    finetune_sources: tuple[str, ...] | None = None
+                    ) -> tuple[dict[str, float], dict[str, object]]:
+    """Run XTransfer and ``p.baselines`` on one episode; metrics and a JSON-able record.
+
+    Labels are remapped to ``0..K-1`` (see :func:`episode_inputs`). ``finetune_sources``
+    restricts the ``finetune`` baseline to those sources (default: every source;
+    the benchmark skips the slow EfficientNet / MiniLM fine-tunes on a loaded machine).
+    """
+    metrics, record, _ = episode(p, episode_inputs(p, x, y, seed, query), seed,
+                                 finetune_sources)
+    return metrics, record
+
+
+def episode(p: XTransferParams, inputs: EpisodeInputs, seed: int,
+            finetune_sources: tuple[str, ...] | None = None
+            ) -> tuple[dict[str, float], dict[str, object], LinearHead]:
+    """:func:`episode_metrics` on prepared inputs, also returning XTransfer's linear head."""
+    from flowerbed.algorithms.xtransfer_search import LinearHead
+    from flowerbed.models import xtransfer_baselines as xb
+
+    xt, yy, split = inputs.x, inputs.y, inputs.split
     cfg = search_config(p, seed)
     pool = build_pool(p)
     out = xb.run_xtransfer(pool, xt, yy, split, cfg, p.finetune_steps, p.knn_k)
@@ -152,7 +196,32 @@ def episode_metrics(p: XTransferParams, x: np.ndarray, y: np.ndarray, seed: int,
         record[method] = dict(o.extra.items())
     metrics["xtransfer_depth"] = float(out["xtransfer"].extra["depth"])
     metrics["query_windows"] = float(len(split.query))
-    return metrics, record
+    head = out["xtransfer"].model
+    assert isinstance(head, LinearHead)
+    return metrics, record, head
+
+
+#: Client-state folder and file of the model a ``xtransfer_fedavg`` run trains further.
+FEDAVG_STATE = "xtransfer_fedavg"
+HEAD_FILE = "head.pt"
+
+
+def head_arrays(head: LinearHead) -> dict[str, np.ndarray]:
+    """The head's state (recombined layers, connectors, linear layer, BN buffers) as arrays."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in head.state_dict().items()}
+
+
+def load_head_arrays(head: LinearHead, arrays: dict[str, np.ndarray]) -> None:
+    """Put ``arrays`` (e.g. an average) into ``head``, each in its tensor's dtype."""
+    import torch
+
+    state = head.state_dict()
+    missing = sorted(set(state) ^ set(arrays))
+    if missing:
+        raise ValueError(f"xtransfer_fedavg: the arrays do not match the client's model "
+                         f"(differing names: {missing[:3]})")
+    head.load_state_dict({k: torch.as_tensor(arrays[k], dtype=v.dtype)
+                          for k, v in state.items()})
 
 
 @register("learner", "xtransfer")
@@ -161,8 +230,8 @@ class XTransferLearner(Learner):
 
     Params = XTransferParams
 
-    def run_local(self, data: ClientData, ctx: TaskContext) -> Payload:
-        """One episode on ``data`` (seeded by ``ctx.seed``); metrics of every method."""
+    def _inputs(self, data: ClientData, seed: int) -> EpisodeInputs:
+        """The episode's windows and split on this client's rows."""
         p: XTransferParams = self.params  # type: ignore[assignment]
         shape = data.meta.input_shape
         if len(shape) != 2 or data.meta.task != "classification":
@@ -174,7 +243,92 @@ class XTransferLearner(Learner):
         query = None
         if len(data.y_test):
             query = (data.x_test.reshape(len(data.x_test), *shape), data.y_test)
-        metrics, record = episode_metrics(p, x, data.y_train, ctx.seed, query)
+        return episode_inputs(p, x, data.y_train, seed, query)
+
+    def run_local(self, data: ClientData, ctx: TaskContext) -> Payload:
+        """One episode on ``data`` (seeded by ``ctx.seed``); metrics of every method."""
+        p: XTransferParams = self.params  # type: ignore[assignment]
+        metrics, record, _ = episode(p, self._inputs(data, ctx.seed), ctx.seed)
         if ctx.state_root is not None:
             ctx.client_state("xtransfer").put("episode", record)
         return Payload(metrics=metrics, num_examples=int(metrics["query_windows"]))
+
+    def train_xtransfer_search(self, data: ClientData, payload: Payload,
+                               ctx: TaskContext) -> Payload:
+        """Round 1 of ``xtransfer_fedavg``: :meth:`run_local`, plus the model to average.
+
+        Seeded as ``run_local`` in strategy ``local`` is (so the local figures are
+        the same); the linear head is kept in the client's state for the rounds
+        after, and its arrays go to the server with what groups it: the structure,
+        the classes and the arrays' names and shapes.
+        """
+        import torch
+
+        from flowerbed.algorithms.xtransfer_fedavg import signature
+
+        del payload
+        p: XTransferParams = self.params  # type: ignore[assignment]
+        seed = client_seed(ctx.scenario, ctx.partition_id, keys.LOCAL_TASK, ctx.server_round)
+        inputs = self._inputs(data, seed)
+        metrics, record, head = episode(p, inputs, seed)
+        ctx.client_state("xtransfer").put("episode", record)
+        buf = io.BytesIO()
+        torch.save(head, buf)
+        ctx.client_state(FEDAVG_STATE).write_bytes(HEAD_FILE, buf.getvalue())
+        arrays = head_arrays(head)
+        structure = str(record["xtransfer"]["structure"])  # type: ignore[index]
+        sig = signature(structure, inputs.classes.tolist(),
+                        {k: a.shape for k, a in arrays.items()})
+        metrics["train_windows"] = float(len(inputs.split.val))
+        return Payload(arrays=arrays, metrics=metrics,
+                       config={"structure": structure, "signature": sig},
+                       num_examples=int(metrics["query_windows"]))
+
+    def _head(self, ctx: TaskContext, arrays: dict[str, np.ndarray]) -> LinearHead:
+        import torch
+
+        state = ctx.client_state(FEDAVG_STATE)
+        if not state.exists(HEAD_FILE):
+            raise RuntimeError(f"client {ctx.partition_id}: no searched model in its state "
+                               "(xtransfer_fedavg sends train.xtransfer_search first)")
+        # Our own pickled module from round 1 of this run, not foreign data.
+        head: LinearHead = torch.load(state.file(HEAD_FILE), weights_only=False)
+        load_head_arrays(head, arrays)
+        return head
+
+    def train_xtransfer_fedavg(self, data: ClientData, payload: Payload,
+                               ctx: TaskContext) -> Payload:
+        """One FedAvg round: the group's average, ``steps`` steps of the head's training.
+
+        The same training as the local head's (:func:`~flowerbed.algorithms.
+        xtransfer_search.train_head`, on the validation windows, connectors frozen).
+        """
+        import torch
+
+        from flowerbed.algorithms.xtransfer_search import train_head
+
+        p: XTransferParams = self.params  # type: ignore[assignment]
+        inputs = self._inputs(data, client_seed(ctx.scenario, ctx.partition_id,
+                                                keys.LOCAL_TASK, 1))
+        head = self._head(ctx, payload.arrays)
+        torch.manual_seed(ctx.seed % 2**31)
+        rows = inputs.split.val
+        steps = int(payload.config.get("steps", p.finetune_steps))
+        train_head(head, inputs.x[rows], inputs.y[rows], steps)
+        return Payload(arrays=head_arrays(head), num_examples=len(rows))
+
+    def evaluate_xtransfer_fedavg(self, data: ClientData, payload: Payload,
+                                  ctx: TaskContext) -> Payload:
+        """Macro-F1 and accuracy of the group's model on the client's query windows."""
+        import torch
+
+        from flowerbed.models.xtransfer_baselines import scores
+
+        inputs = self._inputs(data, client_seed(ctx.scenario, ctx.partition_id,
+                                                keys.LOCAL_TASK, 1))
+        head = self._head(ctx, payload.arrays)
+        q = inputs.split.query
+        with torch.no_grad():
+            pred = head(inputs.x[q]).argmax(1).numpy()
+        metrics = {f"xtransfer_fedavg_{k}": v for k, v in scores(inputs.y[q], pred).items()}
+        return Payload(metrics=metrics, num_examples=len(q))

@@ -76,6 +76,8 @@ class Outcome:
     cost: Cost
     seconds: float
     extra: dict[str, float | str]
+    #: The trained model, where a caller needs it again (XTransfer's linear head).
+    model: nn.Module | None = None
 
 
 def scores(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
@@ -109,7 +111,7 @@ def run_xtransfer(pool: list[xs.SourceLayer], x: torch.Tensor, y: np.ndarray, sp
     info: dict[str, float | str] = {"structure": res.model.structure,
                                     "depth": float(len(res.model.steps))}
     return {
-        "xtransfer": Outcome(pred, cost(head, x[:1]), search_s + ft_s, info),
+        "xtransfer": Outcome(pred, cost(head, x[:1]), search_s + ft_s, info, head),
         "xtransfer_knn": Outcome(knn, cost(res.model, x[:1]), search_s, info),
     }
 
