@@ -158,11 +158,23 @@ def clock_of(recorder: object) -> RunClock | None:
     return _CLOCKS.get(id(recorder))
 
 
+#: Plain mode: seconds before an activity with the same stem is printed again.
+PLAIN_REPEAT_S = 30.0
+
+
+def _number(value: Any) -> str:
+    """``0.8125`` as ``0.8125``; anything that is not a number as it is."""
+    return f"{value:.4f}" if isinstance(value, (int, float)) else str(value)
+
+
 class LiveProgress:
     """A rich table refreshed from the recorder's rows (``Recorder.listeners``) and activities.
 
     Redrawn four times a second, so the time spent in the current activity
-    keeps counting even while nothing else happens.
+    keeps counting even while nothing else happens. On a console that is not a
+    terminal (output sent to a log file, CI) a live table draws nothing until
+    the end, so there it prints one plain line per change of activity, reply
+    count and shown metric instead, and the table once at the end.
     """
 
     def __init__(
@@ -187,6 +199,8 @@ class LiveProgress:
         # collected); each is counted once.
         self._seen: set[str] = set()
         self._listening: contextlib.ExitStack | None = None
+        self.plain = not self.console.is_terminal
+        self._last_line = ("", 0.0)
         self.live = Live(
             console=self.console,
             refresh_per_second=4,
@@ -197,20 +211,45 @@ class LiveProgress:
     def __enter__(self) -> LiveProgress:
         self._listening = contextlib.ExitStack()
         self._listening.enter_context(activity_listener(self.set_activity))
-        self.live.__enter__()
+        if not self.plain:
+            self.live.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._listening is not None:
             self._listening.close()
             self._listening = None
+        if self.plain:
+            self.console.print(self._render())
+            return
         self.live.refresh()
         self.live.__exit__(*exc)  # type: ignore[arg-type]
 
     def set_activity(self, text: str) -> None:
         """Show ``text`` as what the run is doing now (its timer restarts when it changes)."""
         if text != self.doing:
-            self.doing, self.doing_since = text, time.monotonic()
+            now = time.monotonic()
+            self.doing, self.doing_since = text, now
+            self._line(text, now, every_s=PLAIN_REPEAT_S)
+
+    def _line(self, text: str, now: float | None = None, every_s: float = 0.0) -> None:
+        """Print ``[elapsed] text`` in plain mode.
+
+        A line whose stem (the text before ``:``) repeats the last one's is
+        printed only ``every_s`` seconds after it, so "waiting for 1000
+        replies: k in" does not print a line per reply.
+        """
+        if not self.plain:
+            return
+        now = time.monotonic() if now is None else now
+        stem = text.split(":", 1)[0]
+        last_stem, last_at = self._last_line
+        if stem == last_stem and now - last_at < every_s:
+            return
+        self._last_line = (stem, now)
+        self.console.print(
+            f"[{now - self.started:.0f} s] {text}", markup=False, highlight=False, soft_wrap=True
+        )
 
     def __call__(self, row: dict[str, Any]) -> None:
         """Take one recorder row and refresh the display."""
@@ -224,20 +263,28 @@ class LiveProgress:
             self.phase = str(row["phase"])
             self.replies = {k: row[k] for k in ("ok", "failed", "missing")}
             self.failures += int(row["failed"]) + int(row["missing"])
+            r = self.replies
+            self._line(
+                f"round {self.round}/{self.rounds} {self.phase}: replies {r['ok']} ok, "
+                f"{r['failed']} failed, {r['missing']} missing"
+            )
         elif "event" in row:
             self.phase = str(row["event"])
         else:
             self.phase = str(row.get("phase", self.phase))
-            self.latest.update(
-                {
-                    k: v
-                    for k, v in row.items()
-                    # a summary name is a bare metric or "split/metric"
-                    if k.count("/") == 2
-                    and (k.rsplit("/", 1)[1] in self.shown or k.split("/", 1)[1] in self.shown)
-                }
-            )
-        self.live.refresh()
+            shown = {
+                k: v
+                for k, v in row.items()
+                # a summary name is a bare metric or "split/metric"
+                if k.count("/") == 2
+                and (k.rsplit("/", 1)[1] in self.shown or k.split("/", 1)[1] in self.shown)
+            }
+            self.latest.update(shown)
+            if shown:
+                values = ", ".join(f"{k} {_number(v)}" for k, v in sorted(shown.items()))
+                self._line(f"round {self.round}/{self.rounds}: {values}")
+        if not self.plain:
+            self.live.refresh()
 
     def _render(self) -> Table:
         now = time.monotonic()
