@@ -232,6 +232,8 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # One colour per method in both panels, so the legends read the same.
+    colour = {m: f"C{i}" for i, m in enumerate(("zero_shot", *METHODS))}
     few = by(cells, setting="fewshot")
     shots = sorted({c["shots"] for c in few})
     fig, axes = plt.subplots(1, 2 if shots else 1, figsize=(11 if shots else 6, 4),
@@ -242,11 +244,14 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
         for m in ("zero_shot", *METHODS):
             name = "base_zero_shot_accuracy" if m == "zero_shot" else "base_accuracy"
             src = "manipt" if m == "zero_shot" else m
-            ys = [100 * np.mean(metric(by(few, shots=s, method=src), name) or [np.nan])
-                  for s in shots]
-            ax1.plot(shots, ys, marker="o", label=LABEL[m],
-                     ls="--" if m == "zero_shot" else "-")
-        ax1.set(xscale="log", xlabel="shots per class", ylabel="accuracy (%)",
+            vals = [100 * np.asarray(metric(by(few, shots=s, method=src), name) or [np.nan])
+                    for s in shots]
+            ys = [v.mean() for v in vals]
+            err = [v.std(ddof=1) if len(v) > 1 else 0.0 for v in vals]
+            ax1.errorbar(shots, ys, yerr=err, marker="o", capsize=3, label=LABEL[m],
+                         color=colour[m], ls="--" if m == "zero_shot" else "-")
+        ax1.set(xscale="log", xlabel="shots per class",
+                ylabel="accuracy (%), mean ± sample std over seeds",
                 title="Few-shot, 64 rendered concepts")
         ax1.set_xticks(shots, [str(s) for s in shots])
         ax1.legend()
@@ -255,7 +260,7 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
         if cs and cs[0].get("steps"):
             st = cs[0]["steps"]
             ax2.plot(np.asarray(st["drift_text"]) + np.asarray(st["drift_image"]),
-                     label=LABEL[m])
+                     label=LABEL[m], color=colour[m])
     ax2.set(xlabel="training step", ylabel="drift: 1 - cos (text + image, train batch)",
             title="Drift of the used features, base-to-novel seed 0")
     ax2.set_yscale("symlog", linthresh=1e-3)
