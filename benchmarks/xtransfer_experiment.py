@@ -35,6 +35,12 @@ OUT = Path(__file__).resolve().parent / "results" / "xtransfer"
 #: Third-party reported XTransfer accuracy on HHAR (wizwand; unverified, spec §2.3).
 PAPER = {"HHAR 5-shot": 74.3, "HHAR 10-shot": 80.7}
 BASELINES = ("scratch_cnn", "stats_logreg", "linear_probe", "finetune")
+#: Revision of the XTransfer arm an episode was computed with. 2: the repair restores
+#: the weights that gave its lowest loss (rev 1 kept the state one SGD step later,
+#: which could hold NaN weights) and collapsed target features get scale 1.
+REV = 2
+#: Metrics the XTransfer search produces (the rest are baselines, unaffected by a revision).
+SEARCH_ARMS = ("xtransfer", "single_")
 
 
 def _params(args: argparse.Namespace, shots: int, baselines: tuple[str, ...]):
@@ -91,6 +97,49 @@ def run_job(job: dict) -> dict:
         "record": record,
         "wall": time.perf_counter() - t0,
         "load": os.getloadavg()[0],
+        "rev": REV,
+    }
+
+
+def refresh_jobs(args: argparse.Namespace, rows: list[dict]) -> list[dict]:
+    """Jobs re-running only the search arms of episodes computed at an older ``REV``."""
+    out = []
+    for r in rows:
+        if r.get("rev", 1) >= REV or r["target"] not in args.targets:
+            continue
+        if r["mode"] not in args.modes or int(r["shots"]) not in args.shots:
+            continue
+        if int(r["seed"]) not in args.seeds or (
+            r["target"] == "watch" and int(r["subject"]) not in args.subjects
+        ):
+            continue
+        single = any(k.startswith("single_") for k in r["metrics"])
+        out.append(
+            {
+                **{k: r[k] for k in ("target", "mode", "subject", "shots", "seed")},
+                "baselines": ["single_source"] if single else [],
+                "args": {
+                    "sources": args.sources,
+                    "blocks": args.blocks,
+                    "tokens": args.tokens,
+                    "finetune_sources": args.finetune_sources,
+                },
+                "base": r,
+            }
+        )
+    return out
+
+
+def merge_refresh(base: dict, new: dict) -> dict:
+    """``base`` with the search arms' metrics and records replaced by ``new``'s."""
+    metrics = {k: v for k, v in base["metrics"].items() if not k.startswith(SEARCH_ARMS)}
+    record = {k: v for k, v in base["record"].items() if not k.startswith(SEARCH_ARMS)}
+    return base | {
+        "metrics": metrics | new["metrics"],
+        "record": record | new["record"],
+        "rev": REV,
+        "search_wall": new["wall"],
+        "search_load": new["load"],
     }
 
 
@@ -127,9 +176,11 @@ def jobs(args: argparse.Namespace, done: set) -> list[dict]:
 
 
 def load(path: Path) -> list[dict]:
+    """The episodes, the last line of each key winning (a refresh appends its row)."""
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return list({_key(r): r for r in rows}.values())
 
 
 def methods_of(rows: list[dict]) -> list[str]:
@@ -201,6 +252,10 @@ def views(sel: list[dict]) -> list[tuple[str, list[dict]]]:
 
 
 def print_tables(rows: list[dict]) -> None:
+    stale = sum(r.get("rev", 1) < REV for r in rows)
+    if stale:
+        print(f"note: {stale} of {len(rows)} episodes hold XTransfer arms older than rev {REV} "
+              "(--refresh re-runs them)")
     print(
         "\nPaper (third-party, unverified; accuracy on HHAR, 6 classes):",
         ", ".join(f"{k} {v}%" for k, v in PAPER.items()),
@@ -414,6 +469,11 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument(
+        "--refresh",
+        action="store_true",
+        help=f"re-run only the XTransfer arms of the selected episodes older than rev {REV}",
+    )
+    ap.add_argument(
         "--report-only",
         "--table",
         dest="table",
@@ -425,13 +485,27 @@ def main() -> None:
     path = args.out / "episodes.jsonl"
     rows = load(path)
     if not args.table:
-        todo = jobs(args, {_key(r) for r in rows})
+        if args.refresh:
+            # BasicMotions episodes (with the single-source searches) are the slowest: last.
+            todo = sorted(refresh_jobs(args, rows), key=lambda j: j["target"] == "basic_motions")
+            print(f"{len(todo)} episodes to refresh to rev {REV}", flush=True)
+        else:
+            todo = jobs(args, {_key(r) for r in rows})
+            print(f"{len(todo)} episodes to run ({len(rows)} done)", flush=True)
         t0 = time.perf_counter()
-        print(f"{len(todo)} episodes to run ({len(rows)} done)", flush=True)
         with ProcessPoolExecutor(args.workers) as pool, path.open("a") as fh:
-            futures = [pool.submit(run_job, j) for j in todo]
+            futures = {pool.submit(run_job, j): j for j in todo}
+            failed = 0
             for i, fut in enumerate(as_completed(futures)):
-                r = fut.result()
+                try:
+                    r = fut.result()
+                    if "base" in futures[fut]:
+                        r = merge_refresh(futures[fut]["base"], r)
+                except Exception as exc:  # noqa: BLE001 - one bad episode must not lose the others
+                    failed += 1
+                    print(f"[{i + 1}/{len(todo)}] episode failed: {type(exc).__name__}: {exc}",
+                          flush=True)
+                    continue
                 fh.write(json.dumps(r) + "\n")
                 fh.flush()
                 m = r["metrics"]
@@ -442,7 +516,8 @@ def main() -> None:
                     f"load {r['load']:.1f}",
                     flush=True,
                 )
-        print(f"wall {time.perf_counter() - t0:.0f}s")
+        print(f"wall {time.perf_counter() - t0:.0f}s"
+              + (f", {failed} episodes failed (not saved; a rerun retries them)" if failed else ""))
         rows = load(path)
     print_tables(rows)
     plot(rows, args.out / "xtransfer_shots.png")

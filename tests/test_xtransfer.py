@@ -806,3 +806,43 @@ def test_fedavg_of_recombined_models_is_the_group_mean_then_local_rounds(
         ref = np.mean([t[k].double().numpy() for t in trained], axis=0)
         np.testing.assert_allclose(saved2[k], ref, rtol=1e-5, atol=1e-6)
     assert not np.allclose(saved2["linear.weight"], mean["linear.weight"])
+
+
+def _toy_plan(y: np.ndarray, dim: int) -> xt.RepairPlan:
+    gen = np.random.default_rng(0)
+    anchor_y = np.repeat(np.arange(len(np.unique(y))), 10)
+    anchors = xt.normalize_rows(gen.normal(size=(len(anchor_y), dim)) + 3 * np.eye(dim)[anchor_y])
+    feats = xt.normalize_rows(gen.normal(size=(len(y), dim)))
+    return xt.plan_repair(feats, y, anchors, anchor_y, 3, False, 0, 0)
+
+
+def test_repair_restores_the_weights_that_gave_the_lowest_loss():
+    """One sample per class: the loss is the deterministic anchor term, so the restored
+    weights must reproduce ``min(curve)`` exactly (not the state one step later)."""
+    torch.manual_seed(0)
+    y = np.arange(4)
+    lin = nn.Linear(6, 6)
+    x = torch.randn(4, 6)
+    plan = _toy_plan(y, 6)
+    curve = xt.repair([lin], lambda h: xt.features(lin(h)[:, :, None]), x, y, plan, 40, 0)
+    with torch.no_grad():
+        z = plan.project(xt.features(lin(x)[:, :, None]))
+        target = torch.as_tensor(plan.anchors, dtype=torch.float32)[y]
+        anchor_term = (z - target).abs().sum(1).mean()
+    assert float(anchor_term) == pytest.approx(min(curve), rel=1e-6)
+
+
+def test_collapsed_target_features_give_a_finite_plan_and_repair():
+    """Every target sample on one point (a dead candidate layer): scale 1, no NaN weights."""
+    gen = np.random.default_rng(1)
+    y = np.arange(4)
+    anchor_y = np.repeat(np.arange(4), 10)
+    anchors = xt.normalize_rows(gen.normal(size=(40, 6)) + 3 * np.eye(6)[anchor_y])
+    collapsed = np.tile(xt.normalize_rows(gen.normal(size=(1, 6))), (4, 1))
+    plan = xt.plan_repair(collapsed, y, anchors, anchor_y, 3, True, 10, 0)
+    assert plan.scale == 1.0
+    lin = nn.Linear(6, 6)
+    curve = xt.repair([lin], lambda h: xt.features(lin(h)[:, :, None]), torch.randn(4, 6), y,
+                      plan, 20, 0)
+    assert np.isfinite(curve).all()
+    assert all(torch.isfinite(p).all() for p in lin.parameters())

@@ -38,6 +38,9 @@ from flowerbed.algorithms.xtransfer_layers import PoolLayer, gap
 
 Project = Callable[[torch.Tensor], torch.Tensor]
 
+#: Mean nearest-class distance (anchor space) below which target features count as collapsed.
+COLLAPSED = 1e-6
+
 
 def features(h: torch.Tensor) -> torch.Tensor:
     """``normalize(GAP(h))``: a layer output as one unit vector per sample."""
@@ -244,7 +247,10 @@ def plan_repair(
     top = top_classes(a_scores, n_classes)
     a_intra, a_inter = intra_inter(ax, anchor_y)
     _, t_inter = intra_inter(tx, y)
-    scale = float(np.mean(a_inter[top]) / max(float(np.mean(t_inter)), 1e-12))
+    spread = float(np.mean(t_inter))
+    # Collapsed target features (every class on one point) have no spread to match;
+    # dividing by ~0 gave scales of 1e11 and a repair that diverged to NaN.
+    scale = float(np.mean(a_inter[top]) / spread) if spread > COLLAPSED else 1.0
     tx = tx * scale
     a_cent, t_cent = centroids(ax, anchor_y), centroids(tx, y)
     rotation = np.eye(ax.shape[1])
@@ -338,7 +344,8 @@ def repair(
 
     The repair loss, full batch: SGD (lr 0.01, momentum 0.95), StepLR (every ``0.2 episodes``,
     gamma 0.5), early stop (patience 10 after ``0.25 episodes``); restores the
-    lowest-loss weights. ``forward(x)`` returns normalised features. Returns
+    weights that gave the lowest loss (the state before the step that loss fed)
+    and stops at the first non-finite loss. ``forward(x)`` returns normalised features. Returns
     the loss curve.
     """
     params = [p for m in modules for p in m.parameters()]
@@ -356,16 +363,19 @@ def repair(
         m.train()
     for _ in range(episodes):
         loss = repair_loss(plan.project(forward(x)), yt, anchors, plan.margin, gen)
+        value = float(loss.detach())
+        curve.append(value)
+        if not np.isfinite(value):
+            break  # diverged: every later step starts from non-finite weights
+        # The weights that gave this loss, before the step changes them.
+        if value < best:
+            best, best_state = value, [_snapshot(m) for m in modules]
+        if stop.step(value):
+            break
         opt.zero_grad()
         loss.backward()
         opt.step()
         sched.step()
-        value = float(loss.detach())
-        curve.append(value)
-        if stop.step(value):
-            break
-        if value < best:
-            best, best_state = value, [_snapshot(m) for m in modules]
     for m, state in zip(modules, best_state, strict=True):
         m.load_state_dict(state)
         m.eval()
