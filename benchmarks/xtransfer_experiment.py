@@ -512,8 +512,9 @@ def main() -> None:
                 print(
                     f"[{i + 1}/{len(todo)}] {r['target']} {r['mode']} s{r['subject']} "
                     f"k{r['shots']} seed{r['seed']}: xtransfer {m['xtransfer_macro_f1']:.3f} "
-                    f"({r['record']['xtransfer']['structure']}), {r['wall']:.0f}s, "
-                    f"load {r['load']:.1f}",
+                    f"({r['record']['xtransfer']['structure']}), "
+                    f"{r.get('search_wall', r['wall']):.0f}s, "
+                    f"load {r.get('search_load', r['load']):.1f}",
                     flush=True,
                 )
         print(f"wall {time.perf_counter() - t0:.0f}s"
