@@ -398,7 +398,9 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.grid(alpha=0.3)
     for ax, (target, mode, k) in zip(axes[len(curves) : n], cells, strict=True):
         sel = [r for r in rows if r["target"] == target and r["mode"] == mode and r["shots"] == k]
-        label, sub = max(views(sel), key=lambda v: len({r["seed"] for r in v[1]}))
+        # The balanced view with the most episodes (then seeds): 3 episodes of one
+        # subject must not hide 20 of ten subjects.
+        label, sub = max(views(sel), key=lambda v: (len(v[1]), len({r["seed"] for r in v[1]})))
         t = summarise(sub, target, mode, k)
         eps = max(v["episodes"] for v in t.values())
         order = sorted(t, key=lambda m: t[m]["f1"])
