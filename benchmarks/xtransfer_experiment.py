@@ -101,6 +101,16 @@ def run_job(job: dict) -> dict:
     }
 
 
+def _job_args(args: argparse.Namespace) -> dict:
+    """The command-line settings a worker needs to rebuild the episode's pool."""
+    return {
+        "sources": args.sources,
+        "blocks": args.blocks,
+        "tokens": args.tokens,
+        "finetune_sources": args.finetune_sources,
+    }
+
+
 def refresh_jobs(args: argparse.Namespace, rows: list[dict]) -> list[dict]:
     """Jobs re-running only the search arms of episodes computed at an older ``REV``."""
     out = []
@@ -118,12 +128,7 @@ def refresh_jobs(args: argparse.Namespace, rows: list[dict]) -> list[dict]:
             {
                 **{k: r[k] for k in ("target", "mode", "subject", "shots", "seed")},
                 "baselines": ["single_source"] if single else [],
-                "args": {
-                    "sources": args.sources,
-                    "blocks": args.blocks,
-                    "tokens": args.tokens,
-                    "finetune_sources": args.finetune_sources,
-                },
+                "args": _job_args(args),
                 "base": r,
             }
         )
@@ -163,12 +168,7 @@ def jobs(args: argparse.Namespace, done: set) -> list[dict]:
                             "shots": shots,
                             "seed": seed,
                             "baselines": list(args.baselines),
-                            "args": {
-                                "sources": args.sources,
-                                "blocks": args.blocks,
-                                "tokens": args.tokens,
-                                "finetune_sources": args.finetune_sources,
-                            },
+                            "args": _job_args(args),
                         }
                         if _key(job) not in done:
                             out.append(job)

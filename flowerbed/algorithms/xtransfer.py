@@ -312,13 +312,13 @@ class EarlyStop:
     def step(self, loss: float) -> bool:
         """Record one epoch's loss; ``True`` when training should stop."""
         self.epochs += 1
+        if not np.isfinite(loss):
+            return True  # diverged: every later step starts from non-finite weights
         if self.epochs <= self.min_epochs:
             return False
         if self.best is None:
             self.best = loss
             return False
-        if not np.isfinite(loss):
-            return True
         if loss < self.best:
             self.best, self.bad = loss, 0
         else:
@@ -365,9 +365,7 @@ def repair(
         loss = repair_loss(plan.project(forward(x)), yt, anchors, plan.margin, gen)
         value = float(loss.detach())
         curve.append(value)
-        if not np.isfinite(value):
-            break  # diverged: every later step starts from non-finite weights
-        # The weights that gave this loss, before the step changes them.
+        # The weights that gave this loss, before the step changes them (NaN is never < best).
         if value < best:
             best, best_state = value, [_snapshot(m) for m in modules]
         if stop.step(value):
