@@ -209,6 +209,77 @@ def _before(
     return step, space, _scores(step, space, sets)
 
 
+def _aligned(entry: SourceLayer, n_shot: int) -> SourceLayer:
+    """``entry`` with its anchors cut to the same ``n_shot`` per class as the support."""
+    out, out_y = xt.align_anchors(entry.anchor_out, entry.anchor_labels, n_shot)
+    inter = (
+        None
+        if entry.anchor_inter is None
+        else xt.align_anchors(entry.anchor_inter, entry.anchor_labels, n_shot)[0]
+    )
+    return SourceLayer(entry.source, entry.index, entry.layer, out, out_y, inter, entry.first)
+
+
+def _repair(
+    step: Step, cfg: SearchConfig, x_tr: torch.Tensor, y_tr: np.ndarray, plan: xt.RepairPlan
+) -> list[float]:
+    """Repair the connector and the candidate layer in place; the loss curve."""
+    if not cfg.repair:
+        return []
+    if cfg.reuse:
+        # The splice (resize, dims adapter) has no parameters: the repair steps see the
+        # same spliced support, computed once.
+        with torch.no_grad():
+            x_sp = step.splice(x_tr)
+        return xt.repair(
+            [step.connector, step.layer],
+            lambda h: xt.features(step.layer(step.connector(h))),
+            x_sp,
+            y_tr,
+            plan,
+            cfg.episodes,
+            cfg.seed,
+        )
+    return xt.repair(
+        [step.connector, step.layer],
+        lambda x: xt.features(step.head(x)),
+        x_tr,
+        y_tr,
+        plan,
+        cfg.episodes,
+        cfg.seed,
+    )
+
+
+def _prune(
+    step: Step,
+    aligned: SourceLayer,
+    space: xt.AnchorSpace,
+    cfg: SearchConfig,
+    sets: dict[str, tuple[torch.Tensor, np.ndarray]],
+) -> tuple[Step, np.ndarray, dict[str, float]]:
+    """Channel removal on the candidate layer: the pruned step, the kept channels, its scores."""
+    x_tr, y_tr = sets["train"]
+    with torch.no_grad():
+        x_in = step.connector(step.splice(x_tr))
+    acts = {"out": aligned.anchor_out} | (
+        {} if aligned.anchor_inter is None else {"inter": aligned.anchor_inter}
+    )
+    pruned, kept = xt.removal(
+        step.layer,
+        x_in,
+        y_tr,
+        acts,
+        space,
+        cfg.n_components,
+        cfg.max_prune_range,
+        reuse=cfg.reuse,
+    )
+    step = Step(step.splice, step.connector, pruned, step.name)
+    scores = _scores(step, space.keep(kept), sets)
+    return step, kept, {f"prune_{k}": v for k, v in scores.items()}
+
+
 def evaluate(
     entry: SourceLayer,
     cfg: SearchConfig,
@@ -218,55 +289,25 @@ def evaluate(
 ) -> Candidate:
     """Splice -> BN re-estimation -> repair -> (rollback) -> removal of one candidate."""
     t0 = time.perf_counter()
-    out, out_y = xt.align_anchors(entry.anchor_out, entry.anchor_labels, n_shot)
-    aligned = SourceLayer(
-        entry.source,
-        entry.index,
-        entry.layer,
-        out,
-        out_y,
-        None
-        if entry.anchor_inter is None
-        else xt.align_anchors(entry.anchor_inter, entry.anchor_labels, n_shot)[0],
-        entry.first,
-    )
+    aligned = _aligned(entry, n_shot)
     step, space, before = _before(aligned, cfg, sets, first)
     x_tr, y_tr = sets["train"]
     _bn_estimate([step.layer], step.head, x_tr)
     original = copy.deepcopy(step)
     scores = {f"before_{k}": v for k, v in before.items()}
-    anchor_feats = xt.normalize_rows(out)
     with torch.no_grad():
         f_tr = xt.features(step.head(x_tr)).numpy()
     plan = xt.plan_repair(
-        f_tr, y_tr, anchor_feats, out_y, cfg.n_components, True, cfg.rotation_steps, cfg.seed
+        f_tr,
+        y_tr,
+        xt.normalize_rows(aligned.anchor_out),
+        aligned.anchor_labels,
+        cfg.n_components,
+        True,
+        cfg.rotation_steps,
+        cfg.seed,
     )
-    curve: list[float] = []
-    if cfg.repair:
-        # The splice (resize, dims adapter) has no parameters: the repair steps see the
-        # same spliced support, computed once when ``reuse``.
-        if cfg.reuse:
-            with torch.no_grad():
-                x_sp = step.splice(x_tr)
-            curve = xt.repair(
-                [step.connector, step.layer],
-                lambda h: xt.features(step.layer(step.connector(h))),
-                x_sp,
-                y_tr,
-                plan,
-                cfg.episodes,
-                cfg.seed,
-            )
-        else:
-            curve = xt.repair(
-                [step.connector, step.layer],
-                lambda x: xt.features(step.head(x)),
-                x_tr,
-                y_tr,
-                plan,
-                cfg.episodes,
-                cfg.seed,
-            )
+    curve = _repair(step, cfg, x_tr, y_tr, plan)
     after = _scores(step, space, sets)
     scores.update(after)
     rollback = False
@@ -274,24 +315,8 @@ def evaluate(
         step, rollback = original, True
     kept = None
     if cfg.prune:
-        with torch.no_grad():
-            x_in = step.connector(step.splice(x_tr))
-        acts = {"out": out} | (
-            {} if aligned.anchor_inter is None else {"inter": aligned.anchor_inter}
-        )
-        pruned, kept = xt.removal(
-            step.layer,
-            x_in,
-            y_tr,
-            acts,
-            space,
-            cfg.n_components,
-            cfg.max_prune_range,
-            reuse=cfg.reuse,
-        )
-        step = Step(step.splice, step.connector, pruned, step.name)
-        pruned_scores = _scores(step, space.keep(kept), sets)
-        scores.update({f"prune_{k}": v for k, v in pruned_scores.items()})
+        step, kept, pruned_scores = _prune(step, aligned, space, cfg, sets)
+        scores.update(pruned_scores)
     return Candidate(
         aligned,
         step,
