@@ -808,6 +808,45 @@ def test_fedavg_of_recombined_models_is_the_group_mean_then_local_rounds(
     assert not np.allclose(saved2["linear.weight"], mean["linear.weight"])
 
 
+def test_fedavg_control_trains_each_members_own_model_without_averaging(
+        one_layer_pool, tmp_path):
+    import json
+
+    import flowerbed
+    from flowerbed.algorithms.xtransfer_search import train_head
+    from flowerbed.clients.learner import client_seed
+    from flowerbed.clients.xtransfer_learner import XTransferLearner
+    from flowerbed.core import keys
+    from flowerbed.core.scenario import from_dict
+    from flowerbed.data.federated import federated_data
+
+    spec = _fedavg_scenario({"name": "xtransfer_fedavg", "local_steps": 4, "average": False})
+    res = flowerbed.run(spec, output_dir=tmp_path / "c")
+    fed = res.final("federated")
+    assert fed["fedavg/averaged"] == 0.0 and fed["fedavg/grouped_clients"] == 3
+    info = json.loads((res.run_dir / "xtransfer_fedavg_groups.json").read_text())
+    assert info["groups"] == [[0, 1, 2]] and info["averaged"] is False
+    scenario = from_dict(spec)
+    learner = XTransferLearner(XTransferLearner.Params(**{k: v for k, v in spec["learner"].items()
+                                                         if k != "name"}), scenario=scenario)
+    data = federated_data(scenario)
+    states = []
+    for pid, head in enumerate(_heads(res.run_dir, [0, 1, 2])):
+        # the client's own round-1 model, 4 steps further: no other client's weights in it
+        inp = learner._inputs(data.client(pid), client_seed(scenario, pid, keys.LOCAL_TASK, 1))
+        torch.manual_seed(client_seed(scenario, pid, "train.xtransfer_fedavg", 2) % 2**31)
+        before = {k: v.clone() for k, v in head.state_dict().items()}
+        train_head(head, inp.x[inp.split.val], inp.y[inp.split.val], 4)
+        saved = np.load(res.run_dir / "local_arrays" / "xtransfer_fedavg" / f"client_{pid}.npz")
+        for k, v in head.state_dict().items():
+            if not k.endswith("num_batches_tracked"):
+                np.testing.assert_allclose(saved[k], v.double().numpy(), rtol=1e-5, atol=1e-6)
+        assert not np.allclose(saved["linear.weight"], before["linear.weight"].numpy())
+        states.append(before)
+    # the three local models differ, so an average would have shown
+    assert not np.allclose(states[0]["linear.weight"], states[1]["linear.weight"])
+
+
 def _toy_plan(y: np.ndarray, dim: int) -> xt.RepairPlan:
     gen = np.random.default_rng(0)
     anchor_y = np.repeat(np.arange(len(np.unique(y))), 10)

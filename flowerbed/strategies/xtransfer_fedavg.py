@@ -13,6 +13,9 @@ final average of each group is scored on its clients' query windows
 (``xtransfer_fedavg_macro_f1``), beside the same clients' local models
 (``xtransfer_local_macro_f1``); a client alone in its group keeps its local
 model, and ``xtransfer_fedavg_all_macro_f1`` counts every client that way.
+With ``average: false`` the same clients run the same rounds and steps on
+their own models, nothing averaged: the control that tells the averaging's
+gain from the extra training's.
 XTransfer itself (arXiv 2506.22726) has no federated part: this is the
 issue's optional FedAvg of the recombined models.
 """
@@ -46,6 +49,8 @@ class XTransferFedAvgParams(Params):
     min_group: int = Field(2, ge=2, description="clients an architecture needs to be averaged")
     local_steps: int | None = Field(
         None, ge=0, description="head-training steps per round (default: learner.finetune_steps)")
+    average: bool = Field(
+        True, description="false: the control, the same members and steps without averaging")
 
 
 def _weighted(values: Sequence[tuple[float, float]]) -> float:
@@ -74,20 +79,23 @@ class XTransferFedAvg(Strategy):
         ctx.recorder.metrics(LOCAL_ROUND, "local", summary)
         found = groups({pid: str(r.config["signature"]) for pid, r in local.items()},
                        p.min_group)
-        models = {i: self._average(local, g) for i, g in enumerate(found)}
+        # What is averaged: each group, or (the control) each member alone.
+        units = found if p.average else [[pid] for g in found for pid in g]
+        models = {i: self._average(local, u) for i, u in enumerate(units)}
         config = {} if p.local_steps is None else {"steps": p.local_steps}
         for r in range(LOCAL_ROUND + 1, self.scenario.rounds + 1):
-            members = {pid: i for i, g in enumerate(found) for pid in g}
+            members = {pid: i for i, u in enumerate(units) for pid in u}
             if not members:
                 break
             asked = {pid: Payload(arrays=models[i], config=config) for pid, i in members.items()}
             trained = fed.ask(TRAIN, asked, sorted(members), server_round=r)
-            models = {i: self._average(trained.ok, [pid for pid in g if pid in trained.ok])
-                      or models[i] for i, g in enumerate(found)}
+            models = {i: self._average(trained.ok, [pid for pid in u if pid in trained.ok])
+                      or models[i] for i, u in enumerate(units)}
             ctx.recorder.metrics(r, "fedavg", {"fedavg/replies": float(len(trained.ok))})
         for i, w in models.items():
-            ctx.recorder.write_arrays(f"{LOCAL_ARRAYS_DIR}/xtransfer_fedavg/group_{i}.npz", w)
-        final = self._evaluate(fed, ctx, found, models, local)
+            name = f"group_{i}" if p.average else f"client_{units[i][0]}"
+            ctx.recorder.write_arrays(f"{LOCAL_ARRAYS_DIR}/xtransfer_fedavg/{name}.npz", w)
+        final = self._evaluate(fed, ctx, found, units, models, local)
         summary.update(final)
         return summary
 
@@ -100,23 +108,28 @@ class XTransferFedAvg(Strategy):
                                 [replies[pid].metrics.get("train_windows", 1.0) for pid in pids])
 
     def _evaluate(self, fed: Federation, ctx: ServerContext, found: list[list[int]],
-                  models: dict[int, Arrays], local: dict[int, Payload]) -> dict[str, float]:
-        """Scores of the group models on their clients' query windows, beside the local ones."""
-        members = {pid: i for i, g in enumerate(found) for pid in g}
+                  units: list[list[int]], models: dict[int, Arrays],
+                  local: dict[int, Payload]) -> dict[str, float]:
+        """Scores of the final models on their clients' query windows, beside the local ones."""
+        p: XTransferFedAvgParams = self.params  # type: ignore[assignment]
+        members = {pid: i for i, u in enumerate(units) for pid in u}
+        group = {pid: i for i, g in enumerate(found) for pid in g}
         scored = (fed.ask(EVALUATE, {pid: Payload(arrays=models[i]) for pid, i in members.items()},
                           sorted(members), server_round=self.scenario.rounds).ok
                   if members else {})
         ctx.recorder.write_json("xtransfer_fedavg_groups.json", {
             "groups": found,
+            "averaged": p.average,
             "structures": [str(local[g[0]].config["structure"]) for g in found],
-            "clients": {str(pid): {"group": members.get(pid),
+            "clients": {str(pid): {"group": group.get(pid),
                                    "local_macro_f1": r.metrics.get("xtransfer_macro_f1"),
                                    "fedavg_macro_f1": scored[pid].metrics.get(F1)
                                    if pid in scored else None}
                         for pid, r in sorted(local.items())},
         })
         out = {"fedavg/clients": float(len(local)), "fedavg/groups": float(len(found)),
-               "fedavg/grouped_clients": float(len(scored))}
+               "fedavg/grouped_clients": float(len(scored)),
+               "fedavg/averaged": float(p.average)}
         if scored:
             out[f"test/{F1}"] = _weighted([(s.metrics[F1], s.num_examples)
                                            for s in scored.values()])
