@@ -226,29 +226,18 @@ def _repair(
     """Repair the connector and the candidate layer in place; the loss curve."""
     if not cfg.repair:
         return []
+    x: torch.Tensor = x_tr
     if cfg.reuse:
         # The splice (resize, dims adapter) has no parameters: the repair steps see the
         # same spliced support, computed once.
         with torch.no_grad():
-            x_sp = step.splice(x_tr)
-        return xt.repair(
-            [step.connector, step.layer],
-            lambda h: xt.features(step.layer(step.connector(h))),
-            x_sp,
-            y_tr,
-            plan,
-            cfg.episodes,
-            cfg.seed,
-        )
-    return xt.repair(
-        [step.connector, step.layer],
-        lambda x: xt.features(step.head(x)),
-        x_tr,
-        y_tr,
-        plan,
-        cfg.episodes,
-        cfg.seed,
-    )
+            x = step.splice(x_tr)
+
+    def forward(h: torch.Tensor) -> torch.Tensor:
+        out = step.layer(step.connector(h)) if cfg.reuse else step.head(h)
+        return xt.features(out)
+
+    return xt.repair([step.connector, step.layer], forward, x, y_tr, plan, cfg.episodes, cfg.seed)
 
 
 def _prune(
