@@ -73,7 +73,7 @@ def _data(target: str):
 def run_job(job: dict) -> dict:
     import torch
 
-    from flowerbed.clients.xtransfer_learner import episode_metrics
+    from flowerbed.clients.xtransfer_learner import baseline_metrics, episode_metrics
     from flowerbed.core.seeds import derive_seed
 
     torch.set_num_threads(1)
@@ -82,15 +82,14 @@ def run_job(job: dict) -> dict:
     p = _params(args, job["shots"], tuple(job["baselines"]))
     seed = derive_seed(job["seed"], "xtransfer", job["target"], job["mode"], job["subject"])
     ft = tuple(args.finetune_sources) if args.finetune_sources else None
+    run = baseline_metrics if job.get("arms_only") else episode_metrics
     t0 = time.perf_counter()
     if job["mode"] == "loso":
         held = g == job["subject"]
-        metrics, record = episode_metrics(
-            p, x[~held], y[~held], seed, (x[held], y[held]), finetune_sources=ft
-        )
+        metrics, record = run(p, x[~held], y[~held], seed, (x[held], y[held]), finetune_sources=ft)
     else:
         rows = g == job["subject"]
-        metrics, record = episode_metrics(p, x[rows], y[rows], seed, finetune_sources=ft)
+        metrics, record = run(p, x[rows], y[rows], seed, finetune_sources=ft)
     return {
         **{k: job[k] for k in ("target", "mode", "subject", "shots", "seed")},
         "metrics": metrics,
@@ -111,17 +110,20 @@ def _job_args(args: argparse.Namespace) -> dict:
     }
 
 
+def _selected(args: argparse.Namespace, r: dict) -> bool:
+    """Whether the saved episode ``r`` lies in the grid the command line selects."""
+    if r["target"] not in args.targets or r["mode"] not in args.modes:
+        return False
+    if int(r["shots"]) not in args.shots or int(r["seed"]) not in args.seeds:
+        return False
+    return r["target"] != "watch" or int(r["subject"]) in args.subjects
+
+
 def refresh_jobs(args: argparse.Namespace, rows: list[dict]) -> list[dict]:
     """Jobs re-running only the search arms of episodes computed at an older ``REV``."""
     out = []
     for r in rows:
-        if r.get("rev", 1) >= REV or r["target"] not in args.targets:
-            continue
-        if r["mode"] not in args.modes or int(r["shots"]) not in args.shots:
-            continue
-        if int(r["seed"]) not in args.seeds or (
-            r["target"] == "watch" and int(r["subject"]) not in args.subjects
-        ):
+        if r.get("rev", 1) >= REV or not _selected(args, r):
             continue
         single = any(k.startswith("single_") for k in r["metrics"])
         out.append(
@@ -133,6 +135,58 @@ def refresh_jobs(args: argparse.Namespace, rows: list[dict]) -> list[dict]:
             }
         )
     return out
+
+
+def _arm_prefixes(name: str, args: argparse.Namespace) -> list[str]:
+    """The metric prefixes baseline ``name`` writes under the command line's sources."""
+    if name in ("scratch_cnn", "stats_logreg"):
+        return [name]
+    srcs = args.finetune_sources if name == "finetune" and args.finetune_sources else args.sources
+    prefix = {"linear_probe": "probe", "finetune": "finetune", "single_source": "single"}[name]
+    return [f"{prefix}_{s}" for s in srcs]
+
+
+def add_jobs(args: argparse.Namespace, rows: list[dict]) -> list[dict]:
+    """Jobs running only the ``--baselines`` arms that the selected saved episodes lack.
+
+    A fine-tune job is restricted to the sources it lacks; the XTransfer search and the
+    arms already saved are not re-run (each arm draws from the episode's seed alone).
+    """
+    out = []
+    for r in rows:
+        if not _selected(args, r):
+            continue
+        missing = {
+            b: [m for m in _arm_prefixes(b, args) if f"{m}_macro_f1" not in r["metrics"]]
+            for b in args.baselines
+        }
+        missing = {b: ms for b, ms in missing.items() if ms}
+        if not missing:
+            continue
+        job_args = _job_args(args)
+        if "finetune" in missing:
+            job_args["finetune_sources"] = [
+                m.removeprefix("finetune_") for m in missing["finetune"]
+            ]
+        out.append(
+            {
+                **{k: r[k] for k in ("target", "mode", "subject", "shots", "seed")},
+                "baselines": sorted(missing),
+                "args": job_args,
+                "base": r,
+                "arms_only": True,
+            }
+        )
+    return out
+
+
+def merge_arms(base: dict, new: dict) -> dict:
+    """``base`` with ``new``'s arms added (the search arms and saved baselines kept)."""
+    return base | {
+        "metrics": base["metrics"] | new["metrics"],
+        "record": base["record"] | new["record"],
+        "added_wall": base.get("added_wall", 0.0) + new["wall"],
+    }
 
 
 def merge_refresh(base: dict, new: dict) -> dict:
@@ -439,6 +493,20 @@ def plot(rows: list[dict], path: Path) -> None:
     print(f"plot: {Path(path).resolve().relative_to(OUT.parents[1])}")
 
 
+def _progress(r: dict, job: dict) -> str:
+    """One line on a finished episode: its XTransfer result, or the arms just added."""
+    m = r["metrics"]
+    head = f"{r['target']} {r['mode']} s{r['subject']} k{r['shots']} seed{r['seed']}: "
+    if job.get("arms_only"):
+        added = sorted(k[: -len("_macro_f1")] for k in m if k.endswith("_macro_f1")
+                       and k not in job["base"]["metrics"])
+        return head + f"added {', '.join(added)}"
+    return head + (
+        f"xtransfer {m['xtransfer_macro_f1']:.3f} ({r['record']['xtransfer']['structure']}), "
+        f"{r.get('search_wall', r['wall']):.0f}s, load {r.get('search_load', r['load']):.1f}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--targets", nargs="+", default=["watch", "basic_motions"])
@@ -478,6 +546,11 @@ def main() -> None:
         help=f"re-run only the XTransfer arms of the selected episodes older than rev {REV}",
     )
     ap.add_argument(
+        "--add-baselines",
+        action="store_true",
+        help="run only the --baselines arms the selected saved episodes lack, and add them",
+    )
+    ap.add_argument(
         "--report-only",
         "--table",
         dest="table",
@@ -493,6 +566,9 @@ def main() -> None:
             # BasicMotions episodes (with the single-source searches) are the slowest: last.
             todo = sorted(refresh_jobs(args, rows), key=lambda j: j["target"] == "basic_motions")
             print(f"{len(todo)} episodes to refresh to rev {REV}", flush=True)
+        elif args.add_baselines:
+            todo = add_jobs(args, rows)
+            print(f"{len(todo)} episodes to add baseline arms to", flush=True)
         else:
             todo = jobs(args, {_key(r) for r in rows})
             print(f"{len(todo)} episodes to run ({len(rows)} done)", flush=True)
@@ -503,8 +579,11 @@ def main() -> None:
             for i, fut in enumerate(as_completed(futures)):
                 try:
                     r = fut.result()
-                    if "base" in futures[fut]:
-                        r = merge_refresh(futures[fut]["base"], r)
+                    job = futures[fut]
+                    if job.get("arms_only"):
+                        r = merge_arms(job["base"], r)
+                    elif "base" in job:
+                        r = merge_refresh(job["base"], r)
                 except Exception as exc:  # noqa: BLE001 - one bad episode must not lose the others
                     failed += 1
                     print(f"[{i + 1}/{len(todo)}] episode failed: {type(exc).__name__}: {exc}",
@@ -512,15 +591,7 @@ def main() -> None:
                     continue
                 fh.write(json.dumps(r) + "\n")
                 fh.flush()
-                m = r["metrics"]
-                print(
-                    f"[{i + 1}/{len(todo)}] {r['target']} {r['mode']} s{r['subject']} "
-                    f"k{r['shots']} seed{r['seed']}: xtransfer {m['xtransfer_macro_f1']:.3f} "
-                    f"({r['record']['xtransfer']['structure']}), "
-                    f"{r.get('search_wall', r['wall']):.0f}s, "
-                    f"load {r.get('search_load', r['load']):.1f}",
-                    flush=True,
-                )
+                print(f"[{i + 1}/{len(todo)}] {_progress(r, job)}", flush=True)
         print(f"wall {time.perf_counter() - t0:.0f}s"
               + (f", {failed} episodes failed (not saved; a rerun retries them)" if failed else ""))
         rows = load(path)

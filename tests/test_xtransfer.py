@@ -885,3 +885,54 @@ def test_collapsed_target_features_give_a_finite_plan_and_repair():
                       plan, 20, 0)
     assert np.isfinite(curve).all()
     assert all(torch.isfinite(p).all() for p in lin.parameters())
+
+
+def test_arms_added_later_equal_the_arms_run_beside_the_search(one_layer_pool):
+    """The benchmark adds baseline arms to saved episodes; each must not depend on the search."""
+    from flowerbed.clients.xtransfer_learner import (
+        XTransferParams,
+        baseline_metrics,
+        episode_metrics,
+    )
+
+    x, y = _toy_target(n_per_class=14, seed=5)
+    x = x + torch.as_tensor(np.random.default_rng(5).normal(0, 1.5, x.shape), dtype=x.dtype)
+    p = XTransferParams(sources=("signal_cnn",), shots=3, val=3, episodes=10, rotation_steps=2,
+                        prune=False, finetune_steps=5,
+                        baselines=("scratch_cnn", "stats_logreg", "single_source"))
+    together, rec = episode_metrics(p, x.numpy(), y, seed=11)
+    torch.manual_seed(123)  # the global generators in another state, as after other work
+    np.random.seed(123)
+    later, rec_later = baseline_metrics(p, x.numpy(), y, seed=11)
+    arms = ("scratch_cnn", "stats_logreg", "single_signal_cnn")
+    assert sorted(rec_later) == sorted(arms)
+    for arm in arms:
+        for m in ("macro_f1", "accuracy", "params", "mflops", "bytes"):
+            assert later[f"{arm}_{m}"] == together[f"{arm}_{m}"], (arm, m)
+    assert rec_later["single_signal_cnn"]["structure"] == rec["single_signal_cnn"]["structure"]
+    assert not any(k.startswith("xtransfer") for k in later)
+
+
+def test_trained_sources_are_the_same_whatever_the_callers_generator_state(
+        monkeypatch, tmp_path):
+    """A source trained here must not depend on what the process drew before it."""
+    from flowerbed.models import xtransfer_sources as src
+
+    monkeypatch.setenv("FLOWERBED_CACHE", str(tmp_path))
+
+    def trained(state):
+        torch.manual_seed(state)
+        torch.rand(state)  # a caller that has drawn some numbers already
+        before = torch.get_rng_state()
+        layers = src._trained("toy", lambda: src.conv4(1, 1, 4, 32),
+                              lambda: src.waveforms(4, seed=0, length=32), epochs=1)
+        assert torch.equal(torch.get_rng_state(), before)  # the caller's stream is untouched
+        return {k: v.clone() for k, v in torch.nn.ModuleList(layers).state_dict().items()}
+
+    first = trained(3)
+    hit = trained(5)  # read from the cache
+    for f in tmp_path.rglob("toy-*.pt"):
+        f.unlink()
+    rebuilt = trained(7)  # trained again after drawing other numbers
+    for k in first:
+        assert torch.equal(first[k], hit[k]) and torch.equal(first[k], rebuilt[k]), k

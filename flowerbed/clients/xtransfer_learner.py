@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -161,11 +161,39 @@ def episode(p: XTransferParams, inputs: EpisodeInputs, seed: int,
     from flowerbed.algorithms.xtransfer_search import LinearHead
     from flowerbed.models import xtransfer_baselines as xb
 
-    xt, yy, split = inputs.x, inputs.y, inputs.split
-    cfg = search_config(p, seed)
     pool = build_pool(p)
-    out = xb.run_xtransfer(pool, xt, yy, split, cfg, p.finetune_steps, p.knn_k)
+    out = xb.run_xtransfer(pool, inputs.x, inputs.y, inputs.split, search_config(p, seed),
+                           p.finetune_steps, p.knn_k)
+    out |= _baselines(p, pool, inputs, seed, finetune_sources)
+    metrics, record = _scores(out, inputs)
+    metrics["xtransfer_depth"] = float(out["xtransfer"].extra["depth"])
+    head = out["xtransfer"].model
+    assert isinstance(head, LinearHead)
+    return metrics, record, head
+
+
+def baseline_metrics(p: XTransferParams, x: np.ndarray, y: np.ndarray, seed: int,
+                     query: tuple[np.ndarray, np.ndarray] | None = None,
+                     finetune_sources: tuple[str, ...] | None = None
+                     ) -> tuple[dict[str, float], dict[str, object]]:
+    """Only ``p.baselines`` of :func:`episode_metrics`'s episode, without the XTransfer search.
+
+    Every arm draws from ``seed`` alone, so its figures equal those of the same arm
+    run beside the search; the benchmark uses this to add arms to saved episodes.
+    """
+    inputs = episode_inputs(p, x, y, seed, query)
+    out = _baselines(p, build_pool(p), inputs, seed, finetune_sources)
+    return _scores(out, inputs)
+
+
+def _baselines(p: XTransferParams, pool: list[SourceLayer], inputs: EpisodeInputs, seed: int,
+               finetune_sources: tuple[str, ...] | None) -> dict[str, Any]:
+    """Each of ``p.baselines``' arms on the episode, keyed by its metric prefix."""
+    from flowerbed.models import xtransfer_baselines as xb
+
+    xt, yy, split = inputs.x, inputs.y, inputs.split
     train = np.concatenate([split.support, split.val])
+    out: dict[str, Any] = {}
     for name in p.baselines:
         if name == "scratch_cnn":
             out[name] = xb.scratch_cnn(xt, yy, train, split.query, seed)
@@ -181,11 +209,20 @@ def episode(p: XTransferParams, inputs: EpisodeInputs, seed: int,
                                                             p.tokens, seed)
             elif name == "single_source":
                 one = build_pool(p, (src,))
-                res = xb.run_xtransfer(one, xt, yy, split, cfg, p.finetune_steps, p.knn_k)
+                res = xb.run_xtransfer(one, xt, yy, split, search_config(p, seed),
+                                       p.finetune_steps, p.knn_k)
                 out[f"single_{src}"] = res["xtransfer"]
+    return out
+
+
+def _scores(out: dict[str, Any], inputs: EpisodeInputs
+            ) -> tuple[dict[str, float], dict[str, object]]:
+    """Macro-F1, accuracy and costs of each arm on the query windows; each arm's record."""
+    from flowerbed.models import xtransfer_baselines as xb
+
     metrics: dict[str, float] = {}
     record: dict[str, object] = {}
-    y_q = yy[split.query]
+    y_q = inputs.y[inputs.split.query]
     for method, o in out.items():
         for k, v in xb.scores(y_q, o.pred).items():
             metrics[f"{method}_{k}"] = v
@@ -194,11 +231,8 @@ def episode(p: XTransferParams, inputs: EpisodeInputs, seed: int,
         metrics[f"{method}_bytes"] = float(o.cost.bytes)
         metrics[f"{method}_train_seconds"] = o.seconds
         record[method] = dict(o.extra.items())
-    metrics["xtransfer_depth"] = float(out["xtransfer"].extra["depth"])
-    metrics["query_windows"] = float(len(split.query))
-    head = out["xtransfer"].model
-    assert isinstance(head, LinearHead)
-    return metrics, record, head
+    metrics["query_windows"] = float(len(inputs.split.query))
+    return metrics, record
 
 
 #: Client-state folder and file of the model a ``xtransfer_fedavg`` run trains further.

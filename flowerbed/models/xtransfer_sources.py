@@ -354,15 +354,24 @@ def train_conv4(layers: list[PoolLayer], x: torch.Tensor, y: np.ndarray, epochs:
 
 def _trained(name: str, build: Callable[[], list[PoolLayer]],
              data: Callable[[], tuple[torch.Tensor, np.ndarray]], epochs: int) -> list[PoolLayer]:
-    layers = build()
-    path = cached_file("xtransfer", f"{name}-{_key(name, epochs)}.pt")
-    body = nn.ModuleList(layers)
-    if path.is_file():
-        body.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-    else:
-        x, y = data()
-        train_conv4(layers, x, y, epochs, seed=0)
-        torch.save(body.state_dict(), path)
+    """The source's layers, trained once (seed 0) and cached.
+
+    The initial weights are drawn under seed 0 too, and neither building nor training
+    touches the caller's generators, so the model is the same on every machine and a
+    cache hit leaves the process in the same state as a miss.
+    """
+    # "init-0": caches written before the initial weights were seeded are not reused.
+    path = cached_file("xtransfer", f"{name}-{_key(name, epochs, 'init-0')}.pt")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        layers = build()
+        body = nn.ModuleList(layers)
+        if path.is_file():
+            body.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        else:
+            x, y = data()
+            train_conv4(layers, x, y, epochs, seed=0)
+            torch.save(body.state_dict(), path)
     for layer in layers:
         layer.eval().requires_grad_(False)
     return layers
