@@ -490,7 +490,30 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    print(f"plot: {Path(path).resolve().relative_to(OUT.parents[1])}")
+    where = Path(path).resolve()
+    root = OUT.parents[1]
+    print(f"plot: {where.relative_to(root) if where.is_relative_to(root) else where}")
+
+
+def print_against(rows: list[dict], other: list[dict], label: str) -> None:
+    """Per arm, over the episodes both files hold: mean macro-F1 in each and mean |change|."""
+    theirs = {_key(r): r for r in other}
+    pairs = [(r, theirs[_key(r)]) for r in rows if _key(r) in theirs]
+    print(f"\n## against {label}: {len(pairs)} episodes in both (macro-F1: here / there)")
+    if not pairs:
+        return
+    print(f"{'method':<24}{'episodes':>9}{'here':>8}{'there':>8}{'mean |diff|':>13}")
+    for m in methods_of([r for r, _ in pairs]):
+        k = f"{m}_macro_f1"
+        both = [(a["metrics"][k], b["metrics"][k]) for a, b in pairs
+                if k in a["metrics"] and k in b["metrics"]]
+        if both:
+            here, there = np.asarray(both).T
+            print(f"{m:<24}{len(both):>9}{here.mean():>8.3f}{there.mean():>8.3f}"
+                  f"{np.abs(here - there).mean():>13.3f}")
+    same = sum(a["record"]["xtransfer"]["structure"] == b["record"]["xtransfer"]["structure"]
+               for a, b in pairs)
+    print(f"XTransfer structure unchanged in {same} of {len(pairs)} episodes")
 
 
 def _progress(r: dict, job: dict) -> str:
@@ -551,6 +574,12 @@ def main() -> None:
         help="run only the --baselines arms the selected saved episodes lack, and add them",
     )
     ap.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        help="another episodes.jsonl: compare each arm over the episodes both hold",
+    )
+    ap.add_argument(
         "--report-only",
         "--table",
         dest="table",
@@ -596,6 +625,10 @@ def main() -> None:
               + (f", {failed} episodes failed (not saved; a rerun retries them)" if failed else ""))
         rows = load(path)
     print_tables(rows)
+    if args.against is not None:
+        if not args.against.is_file():
+            raise SystemExit(f"--against: no file {args.against}")
+        print_against(rows, load(args.against), str(args.against))
     plot(rows, args.out / "xtransfer_shots.png")
 
 

@@ -936,3 +936,26 @@ def test_trained_sources_are_the_same_whatever_the_callers_generator_state(
     rebuilt = trained(7)  # trained again after drawing other numbers
     for k in first:
         assert torch.equal(first[k], hit[k]) and torch.equal(first[k], rebuilt[k]), k
+
+
+def test_trained_sources_train_on_one_thread_and_restore_the_callers(monkeypatch, tmp_path):
+    """Two threads sum in another order; the trained weights must not depend on the caller's."""
+    from flowerbed.models import xtransfer_sources as src
+
+    monkeypatch.setenv("FLOWERBED_CACHE", str(tmp_path))
+    seen = []
+    real = src.train_conv4
+
+    def spy(*a, **k):
+        seen.append(torch.get_num_threads())
+        return real(*a, **k)
+
+    monkeypatch.setattr(src, "train_conv4", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        src._trained("toy", lambda: src.conv4(1, 1, 4, 32),
+                     lambda: src.waveforms(4, seed=0, length=32), epochs=1)
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -356,12 +356,15 @@ def _trained(name: str, build: Callable[[], list[PoolLayer]],
              data: Callable[[], tuple[torch.Tensor, np.ndarray]], epochs: int) -> list[PoolLayer]:
     """The source's layers, trained once (seed 0) and cached.
 
-    The initial weights are drawn under seed 0 too, and neither building nor training
-    touches the caller's generators, so the model is the same on every machine and a
-    cache hit leaves the process in the same state as a miss.
+    The initial weights are drawn under seed 0 too, neither building nor training
+    touches the caller's generators (a cache hit leaves the process in the same state
+    as a miss), and training runs on one thread: on two, the summation order changes
+    and after 8 epochs the weights differ by up to 0.24. A CPU with other vector
+    instructions can still give other weights.
     """
-    # "init-0": caches written before the initial weights were seeded are not reused.
-    path = cached_file("xtransfer", f"{name}-{_key(name, epochs, 'init-0')}.pt")
+    # "init-0-t1": caches written before the seed and the thread count were fixed are not reused.
+    path = cached_file("xtransfer", f"{name}-{_key(name, epochs, 'init-0-t1')}.pt")
+    threads = torch.get_num_threads()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         layers = build()
@@ -370,7 +373,11 @@ def _trained(name: str, build: Callable[[], list[PoolLayer]],
             body.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         else:
             x, y = data()
-            train_conv4(layers, x, y, epochs, seed=0)
+            torch.set_num_threads(1)
+            try:
+                train_conv4(layers, x, y, epochs, seed=0)
+            finally:
+                torch.set_num_threads(threads)
             torch.save(body.state_dict(), path)
     for layer in layers:
         layer.eval().requires_grad_(False)
