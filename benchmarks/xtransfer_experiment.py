@@ -139,11 +139,10 @@ def refresh_jobs(args: argparse.Namespace, rows: list[dict]) -> list[dict]:
 
 def _arm_prefixes(name: str, args: argparse.Namespace) -> list[str]:
     """The metric prefixes baseline ``name`` writes under the command line's sources."""
-    if name in ("scratch_cnn", "stats_logreg"):
-        return [name]
+    from flowerbed.clients.xtransfer_learner import arm_names
+
     srcs = args.finetune_sources if name == "finetune" and args.finetune_sources else args.sources
-    prefix = {"linear_probe": "probe", "finetune": "finetune", "single_source": "single"}[name]
-    return [f"{prefix}_{s}" for s in srcs]
+    return arm_names(name, tuple(srcs))
 
 
 def add_jobs(args: argparse.Namespace, rows: list[dict]) -> list[dict]:
@@ -166,7 +165,7 @@ def add_jobs(args: argparse.Namespace, rows: list[dict]) -> list[dict]:
         job_args = _job_args(args)
         if "finetune" in missing:
             job_args["finetune_sources"] = [
-                m.removeprefix("finetune_") for m in missing["finetune"]
+                m.split("_", 1)[1] for m in missing["finetune"]
             ]
         out.append(
             {

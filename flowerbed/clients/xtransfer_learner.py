@@ -182,8 +182,21 @@ def baseline_metrics(p: XTransferParams, x: np.ndarray, y: np.ndarray, seed: int
     run beside the search; the benchmark uses this to add arms to saved episodes.
     """
     inputs = episode_inputs(p, x, y, seed, query)
-    out = _baselines(p, build_pool(p), inputs, seed, finetune_sources)
+    # Only the probes and fine-tunes read the full pool; loading it costs seconds.
+    needs_pool = {"linear_probe", "finetune"} & set(p.baselines)
+    out = _baselines(p, build_pool(p) if needs_pool else [], inputs, seed, finetune_sources)
     return _scores(out, inputs)
+
+
+#: Metric prefix of each per-source baseline: ``<prefix>_<source>``.
+ARM_PREFIX = {"linear_probe": "probe", "finetune": "finetune", "single_source": "single"}
+
+
+def arm_names(baseline: str, sources: tuple[str, ...]) -> list[str]:
+    """The metric prefixes ``baseline`` writes for ``sources`` (``scratch_cnn``: itself)."""
+    if baseline not in ARM_PREFIX:
+        return [baseline]
+    return [f"{ARM_PREFIX[baseline]}_{src}" for src in sources]
 
 
 def _baselines(p: XTransferParams, pool: list[SourceLayer], inputs: EpisodeInputs, seed: int,
@@ -197,21 +210,22 @@ def _baselines(p: XTransferParams, pool: list[SourceLayer], inputs: EpisodeInput
     for name in p.baselines:
         if name == "scratch_cnn":
             out[name] = xb.scratch_cnn(xt, yy, train, split.query, seed)
-        elif name == "stats_logreg":
+            continue
+        if name == "stats_logreg":
             out[name] = xb.stats_logreg(xt, yy, train, split.query)
-        for src in p.sources:
+            continue
+        for src, arm in zip(p.sources, arm_names(name, p.sources), strict=True):
             if name == "linear_probe":
-                out[f"probe_{src}"] = xb.linear_probe(src, pool, xt, yy, train, split.query,
-                                                      p.image_size, p.tokens)
+                out[arm] = xb.linear_probe(src, pool, xt, yy, train, split.query,
+                                           p.image_size, p.tokens)
             elif name == "finetune" and (finetune_sources is None or src in finetune_sources):
-                out[f"finetune_{src}"] = xb.finetune_source(src, pool, xt, yy, train,
-                                                            split.query, p.image_size,
-                                                            p.tokens, seed)
+                out[arm] = xb.finetune_source(src, pool, xt, yy, train, split.query,
+                                              p.image_size, p.tokens, seed)
             elif name == "single_source":
                 one = build_pool(p, (src,))
                 res = xb.run_xtransfer(one, xt, yy, split, search_config(p, seed),
                                        p.finetune_steps, p.knn_k)
-                out[f"single_{src}"] = res["xtransfer"]
+                out[arm] = res["xtransfer"]
     return out
 
 
