@@ -98,10 +98,10 @@ def test_fresh_client_process_imports_only_the_plugins_its_scenario_names():
     child = json.loads(out.stdout.strip().splitlines()[-1])
     modules = set(child["modules"])
     assert {
-        "flowerbed.clients.fqr_learner",
-        "flowerbed.data.synthetic_regression",
+        "flowerbed.methods.fqr.learner",
+        "flowerbed.methods.fqr.data",
         "flowerbed.data.feature_partitions",
-        "flowerbed.strategies.fqr",
+        "flowerbed.methods.fqr.strategy",
     } <= modules
     # Plugins the scenario does not name stay unimported.
     assert not modules & {
@@ -109,8 +109,8 @@ def test_fresh_client_process_imports_only_the_plugins_its_scenario_names():
         "flowerbed.data.image_data",
         "flowerbed.data.sklearn_data",
         "flowerbed.clients.torch_learner",
-        "flowerbed.clients.slot_align_learner",
-        "flowerbed.strategies.slot_align",
+        "flowerbed.methods.slot_align.learner",
+        "flowerbed.methods.slot_align.strategy",
         "flowerbed.platform.baselines",
     }
     # The same scenario, data and learner as in this process, where every plugin is loaded.

@@ -108,7 +108,7 @@ def test_pooled_client_holds_every_clients_rows():
 
 def test_dual_learner_is_a_local_task_only_under_the_local_strategy(tmp_path):
     """self_distill_ridge has weights and run_local: baselines follow the strategy."""
-    from flowerbed.clients.self_distill_learner import SelfDistillRidgeLearner
+    from flowerbed.methods.self_distill.learner import SelfDistillRidgeLearner
 
     common = {
         "name": "sd_local",

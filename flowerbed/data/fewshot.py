@@ -11,7 +11,7 @@ carries them as :attr:`FewShotPartition.test_indices`.
 ``synthetic_clip`` is a toy / test asset: unit-norm "image features"
 ``normalise(cone + u_c + noise)`` around seeded class centres ``u_c``. Its class
 names (``w<world>-c<i>``) let the ``synthetic_clip`` vision-language model
-(``flowerbed.clients.fedspa_learner``) rebuild the same centres and give each
+(``flowerbed.methods.fedspa.learner``) rebuild the same centres and give each
 class the text feature ``normalise(text offset + u_c + noise)``, so the two
 always form a coherent pair.
 """
