@@ -22,7 +22,9 @@ from pathlib import Path
 
 import yaml
 
-DEFAULT_PLOT = Path(__file__).resolve().parents[2] / "docs" / "methods" / "img" / "hipe_data_efficiency.png"
+DEFAULT_PLOT = (
+    Path(__file__).resolve().parents[2] / "docs" / "methods" / "img" / "hipe_data_efficiency.png"
+)
 SOURCES = ("centralized", "federated")
 
 Key = tuple[str, int]  # (embedding label, samples per client)
