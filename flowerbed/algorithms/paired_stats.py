@@ -54,9 +54,9 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -75,6 +75,7 @@ A_BETTER, B_BETTER, NO_DIFFERENCE = "a better", "b better", "no difference shown
 STATS_HINT = "paired statistics need statsmodels: pip install 'flowerbed[stats]'"
 
 Direction = Literal["higher", "lower"]
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,40 @@ class Summary:
     def as_dict(self) -> dict[str, Any]:
         """The fields and the verdict, as plain Python values."""
         return {**asdict(self), "verdict": self.verdict}
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """Two arms' values matched by unit: ``a[i]`` and ``b[i]`` belong to ``keys[i]``.
+
+    ``only_a`` and ``only_b`` are the units one arm has and the other lacks:
+    they are left out, never averaged in.
+    """
+
+    keys: Sequence[Hashable]
+    a: np.ndarray
+    b: np.ndarray
+    only_a: Sequence[Hashable] = field(default_factory=list)
+    only_b: Sequence[Hashable] = field(default_factory=list)
+
+
+def match(a: Mapping[K, float], b: Mapping[K, float]) -> Pairing:
+    """Pair two arms' values by unit (a seed, a cell), in ``a``'s order.
+
+    Examples
+    --------
+    >>> p = match({0: 1.0, 1: 2.0, 2: 3.0}, {1: 1.5, 0: 0.5, 3: 9.0})
+    >>> p.keys, p.a.tolist(), p.b.tolist(), p.only_a, p.only_b
+    ([0, 1], [1.0, 2.0], [0.5, 1.5], [2], [3])
+    """
+    keys = [k for k in a if k in b]
+    return Pairing(
+        keys,
+        np.array([a[k] for k in keys], dtype=float),
+        np.array([b[k] for k in keys], dtype=float),
+        [k for k in a if k not in b],
+        [k for k in b if k not in a],
+    )
 
 
 def oriented(a: ArrayLike, b: ArrayLike, direction: Direction) -> np.ndarray:
@@ -160,11 +195,16 @@ def one_sample(
     direction it is the plain difference.
     """
     d = _array(values) - float(reference)
-    return summarize(-d if direction == "lower" else d, seed, confidence)
+    return summarize(-d if direction == "lower" else d, seed, confidence, one_sample=True)
 
 
-def summarize(d: ArrayLike, seed: int = 0, confidence: float = 1 - ALPHA) -> Summary:
+def summarize(
+    d: ArrayLike, seed: int = 0, confidence: float = 1 - ALPHA, one_sample: bool = False
+) -> Summary:
     """Interval, test and detectable difference of the differences ``d``.
+
+    ``one_sample`` only renames the t-test (``one-sample t``: ``d`` are values
+    minus a fixed reference, not differences of pairs).
 
     Raises
     ------
@@ -178,6 +218,7 @@ def summarize(d: ArrayLike, seed: int = 0, confidence: float = 1 - ALPHA) -> Sum
     mean, sd = float(x.mean()), float(x.std(ddof=1))
     low, high, ci_method = interval(x, seed, confidence)
     p, test = zero_test(x)
+    test = test.replace("paired t", "one-sample t") if one_sample else test
     return Summary(n, mean, low, high, ci_method, p, test, detectable(n, sd, 1 - confidence), sd)
 
 
