@@ -166,3 +166,9 @@ def test_degenerate_and_bad_input():
         ps.paired([1.0, 2.0], [0.0, 1.0], "up")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="finite"):
         ps.paired([1.0, math.nan], [0.0, 1.0], "higher")
+
+
+@pytest.mark.parametrize("n", [4, 9])
+def test_results_are_plain_python_numbers(n: int):
+    r = ps.paired(A12[:n], B12[:n], "lower")
+    assert all(type(v) in (int, float, str) for v in r.as_dict().values())

@@ -231,7 +231,7 @@ def interval(
         return mean, mean, "none (all differences equal)"
     if n < BOOTSTRAP_MIN_N:
         half = stats.t.ppf((1 + confidence) / 2, n - 1) * d.std(ddof=1) / math.sqrt(n)
-        return mean - half, mean + half, f"t interval (n < {BOOTSTRAP_MIN_N})"
+        return float(mean - half), float(mean + half), f"t interval (n < {BOOTSTRAP_MIN_N})"
     level = expanded_level(n, confidence)
     for method, name in (("BCa", "BCa bootstrap"), ("percentile", "percentile bootstrap")):
         low, high = _bootstrap(d, method, level, seed)
