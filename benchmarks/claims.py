@@ -16,6 +16,7 @@ Schema of a claims file (strict: an unknown key is an error)::
 
     method: reaugment                     # the folder under benchmarks/results/
     paper: "ReAugment, ... (arXiv ...)"   # what the claims are from
+    anchors: {}                           # optional: YAML anchors reused below; not read
     claims:
       - id: fed-vs-none                   # unique in the file
         claim: "the paper's words"
@@ -34,6 +35,8 @@ Schema of a claims file (strict: an unknown key is an error)::
                                           # value, wrap it: [[a, b]])
           a: {label: ReAugment, metric: federated.test/mse@reaugment, where: {}}
           b: {label: no augmentation}     # an arm: label, optional where / metric / source
+                                          # / mean_over (its own columns averaged into
+                                          # one value per cell, e.g. every few-shot selector)
           pair_on: [dataset, family, fraction, seed]   # the columns naming a unit
           mean_over: []                   # columns averaged away inside a unit
           transform: log_ratio            # difference (default) | log_ratio (paired only)
@@ -49,7 +52,8 @@ Semantics: arm ``a`` is the arm the claim says is better (for ``one_sample``,
 the arm measured against ``against``). Each arm's rows are the source's rows
 (after ``source.where``) matching the arm's ``where``; its value is the arm's
 ``metric`` (else the comparison's). A row's cell is its values of ``pair_on``
-and ``mean_over`` (two rows of one arm in one cell are an error). Cells that
+and ``mean_over``; rows of one cell that differ in the arm's own ``mean_over``
+are averaged (any other two rows of one arm in one cell are an error). Cells that
 only one arm has are named in the notes and left out; then each arm's cells
 are averaged per unit (``pair_on``), and the units are the pairs.
 
@@ -126,6 +130,7 @@ class Arm(_Strict):
     where: dict[str, Any] = Field(default_factory=dict)
     metric: str | None = None
     source: Source | None = None
+    mean_over: list[str] = Field(default_factory=list)
 
 
 class Comparison(_Strict):
@@ -199,6 +204,7 @@ class ClaimsFile(_Strict):
 
     method: str
     paper: str
+    anchors: dict[str, Any] = Field(default_factory=dict)
     claims: list[Claim] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -349,9 +355,13 @@ Cell = tuple[Hashable, Hashable]  # (unit: pair_on values, inner: mean_over valu
 def cell_values(
     rows: Iterable[dict[str, Any]], arm: Arm, comp: Comparison
 ) -> tuple[dict[Cell, float], list[str]]:
-    """The arm's value per (unit, ``mean_over`` values); and notes on rows without a value."""
+    """The arm's value per (unit, ``mean_over`` values); and notes on rows without a value.
+
+    Rows of one cell that differ in the arm's own ``mean_over`` columns are
+    averaged first (the arm is their mean: "every few-shot selector").
+    """
     metric = arm.metric or comp.metric
-    cells: dict[Cell, float] = {}
+    cells: dict[Cell, dict[Hashable, float]] = {}
     missing = 0
     for row in rows:
         if not matches(row, arm.where):
@@ -362,14 +372,16 @@ def cell_values(
             continue
         unit = tuple(_hashable(lookup(row, c)) for c in comp.pair_on)
         inner = tuple(_hashable(lookup(row, c)) for c in comp.mean_over)
-        if (unit, inner) in cells:
+        own = tuple(_hashable(lookup(row, c)) for c in arm.mean_over)
+        if own in cells.setdefault((unit, inner), {}):
             raise ClaimsError(
-                f"arm {arm.label!r}: two rows for {_cell_text(comp, (unit, inner))}; "
-                "add the column that tells them apart to pair_on or mean_over"
+                f"arm {arm.label!r}: two rows for {_cell_text(comp, (unit, inner))}"
+                f"{' ' + _unit_text(arm.mean_over, own) if own else ''}; add the column "
+                "that tells them apart to pair_on or mean_over"
             )
-        cells[unit, inner] = float(value)
+        cells[unit, inner][own] = float(value)
     notes = [f"{arm.label}: {missing} row(s) without a number in {metric}"] if missing else []
-    return cells, notes
+    return {c: float(np.mean(list(v.values()))) for c, v in cells.items()}, notes
 
 
 def averaged(cells: dict[Cell, float]) -> dict[Hashable, float]:
@@ -430,13 +442,20 @@ def differences(
     return ps.oriented(pairs.a, pairs.b, comp.direction), ours, notes
 
 
+def _units(value: float, comp: Comparison) -> str:
+    """A difference as text; a log ratio also as the percentage it multiplies by."""
+    if comp.transform == "log_ratio":
+        return f"{value:.3g} in log ratio (a {100 * math.expm1(value):.2g} % change)"
+    return f"{value:.4g}"
+
+
 def _unpaired(comp: Comparison, pairs: ps.Pairing) -> list[str]:
     """One note per unit left out for want of a partner."""
     assert comp.b is not None
     out = []
     for label, other, units in ((comp.a.label, comp.b.label, pairs.only_a),
                                 (comp.b.label, comp.a.label, pairs.only_b)):
-        out += [f"unpaired, left out: {_cell_text(comp, u)} has {label} but no {other}"
+        out += [f"Unpaired, left out: {_cell_text(comp, u)} has {label} but no {other}"
                 for u in units]
     return out
 
@@ -446,19 +465,19 @@ def evaluate(comp: Comparison, rows: Rows, seed: int, against: float | None = No
     target = comp.against if comp.against is not None else against
     d, ours, notes = differences(comp, rows, target)
     if d.size < 2:
-        notes.append(f"the stored results give {d.size} unit(s) for this comparison (need 2 "
+        notes.append(f"The stored results give {d.size} unit(s) for this comparison (need 2 "
                      "or more): per-seed or per-cell values are missing")
         return Outcome(UNTESTABLE, d.size, None, ours if d.size else None, notes)
     if comp.kind == "equivalence":
         summary, decision = ps.equivalence(d, comp.margin, seed)  # type: ignore[arg-type]
         verdict = {"equivalent": HOLDS, "not equivalent": CONTRADICTED}.get(decision, INCONCLUSIVE)
-        notes.append(f"90 % interval against the margin ±{comp.margin}")
+        notes.append(f"90 % interval against the margin ±{comp.margin}")  # TOST's interval
     else:
         summary = ps.summarize(d, seed, one_sample=comp.b is None)
         verdict = {ps.A_BETTER: HOLDS, ps.B_BETTER: CONTRADICTED}.get(summary.verdict, INCONCLUSIVE)
     if verdict == INCONCLUSIVE and comp.kind != "equivalence":
-        notes.append(f"the interval spans 0; the design detects a true difference of "
-                     f"{summary.detectable_diff:.4g} with 80 % power")
+        notes.append(f"The interval spans 0; the design detects a true difference of "
+                     f"{_units(summary.detectable_diff, comp)} with 80 % power")
     return Outcome(verdict, d.size, summary, ours, notes)
 
 
@@ -525,7 +544,11 @@ def describe(comp: Comparison, against: float | None) -> str:
 
 
 def _where_text(where: dict[str, Any]) -> str:
-    return ", ".join(f"{k} in {v}" if isinstance(v, list) else f"{k}={v}" for k, v in where.items())
+    def text(v: Any) -> str:
+        return "[" + ", ".join(map(text, v)) + "]" if isinstance(v, list) else str(v)
+
+    return ", ".join(f"{k} in {text(v)}" if isinstance(v, list) else f"{k}={v}"
+                     for k, v in where.items())
 
 
 def _num(value: float | None) -> float | None:
@@ -549,7 +572,7 @@ def run_claim(claim: Claim, method: str, rows: Rows) -> dict[str, Any]:
     verdict = out.verdict
     if not power["passed"]:
         verdict = UNTESTABLE
-        notes.insert(0, f"power check failed: the testbed does not show that "
+        notes.insert(0, f"Power check failed: the testbed does not show that "
                         f"{power['description']}.")
     s = out.summary
     entry.update(
@@ -603,7 +626,11 @@ def markdown(spec: ClaimsFile, entries: list[dict[str, Any]]) -> str:
         f"Written by `python benchmarks/claims.py {spec.method}` from `benchmarks/claims/"
         f"{spec.method}.yaml`; the statistics are those of `flowerbed report --compare` "
         "(`flowerbed/algorithms/paired_stats.py`). `mean diff` is oriented: positive means "
-        "arm a (the arm the claim favours) is better.", "",
+        "arm a (the arm the claim favours) is better. `ours` is the estimate in the "
+        "metric's own units: a - b for a paired difference, the geometric-mean change of a "
+        "against b in percent for a log ratio, the mean of a for a one-sample test. A "
+        "verdict reads the 95 % interval (90 % for an equivalence); `not testable here` "
+        "means the power check failed or too few units were stored.", "",
         "| claim | paper | ours | n | mean diff [95 % CI] | p (test) | power check | verdict |",
         "|---|---|---|---|---|---|---|---|",
     ]

@@ -80,6 +80,10 @@ CLAIMS = {
          "untestable": "the experiment logged means only"},
         {"id": "pooled", "claim": "new beats old, per seed averaged over cells",
          "comparison": _paired("new", "old", pair_on=["seed"], mean_over=["cell"])},
+        {"id": "arm-mean", "claim": "the trained arms (mean of new and noisy) beat zero-shot",
+         "comparison": {**_paired("new", "zero_shot"),
+                        "a": {"label": "trained", "where": {"method": ["new", "noisy"]},
+                              "mean_over": ["method"]}}},
         {"id": "json-equivalence", "claim": "the two readers agree within 0.01",
          "comparison": {"kind": "equivalence", "metric": "acc", "direction": "higher",
                         "margin": 0.01,
@@ -147,7 +151,7 @@ def test_output_keys_and_numbers(tree):
 
 def test_a_unit_without_partner_is_named_and_left_out(tree):
     notes = _by_id(tree)["holds"]["notes"]
-    assert "unpaired, left out: cell=c2, seed=4 has new but no old" in notes
+    assert "Unpaired, left out: cell=c2, seed=4 has new but no old" in notes
     assert "cell=c3, seed=0 has new but no old" in notes
 
 
@@ -160,6 +164,14 @@ def test_mean_over_averages_cells_within_a_seed(tree):
     assert pooled["n"] == 5
     assert pooled["mean_diff"] == pytest.approx(np.mean(expected))
     assert "seed=4, cell=c2 has new but no old" in pooled["notes"]
+
+
+def test_an_arm_can_average_its_own_rows(tree):
+    got = _by_id(tree)["arm-mean"]
+    by = {(r["method"], r["cell"], r["seed"]): r["metrics"]["score"] for r in _rows()}
+    units = [(c, s) for c in ("c1", "c2") for s in range(5)]
+    expected = [(by["new", c, s] + by["noisy", c, s]) / 2 - by["zero_shot", c, s] for c, s in units]
+    assert got["n"] == 10 and got["mean_diff"] == pytest.approx(np.mean(expected))
 
 
 def test_too_few_units_is_not_testable_and_says_why(tree):
