@@ -1,0 +1,213 @@
+"""The claims runner (``benchmarks/claims.py``) on a tiny fixture: a case for every verdict.
+
+Stored results are fabricated: two cells x five seeds of a score for arms that
+are clearly better, clearly worse, no different, or differ by noise only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+pytest.importorskip("statsmodels")
+
+RUNNER = Path(__file__).resolve().parents[1] / "benchmarks" / "claims.py"
+
+
+def _load_runner():
+    spec = importlib.util.spec_from_file_location("claims_runner", RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["claims_runner"] = module  # pydantic resolves the models' annotations here
+    spec.loader.exec_module(module)
+    return module
+
+
+claims = _load_runner()
+
+
+def _rows() -> list[dict]:
+    """Arms on (cell, seed): ``new`` = ``old`` + 0.05; ``noisy`` = ``old`` ± 0.04 (mean 0)."""
+    rng = np.random.default_rng(0)
+    flips = [1, -1, 1, -1, 1, -1, -1, 1, -1, 1]
+    rows, k = [], 0
+    for cell in ("c1", "c2"):
+        for seed in range(5):
+            old = 0.6 + 0.1 * rng.random()
+            noise = rng.normal(0, 0.003)
+            values = {"old": old, "new": old + 0.05 + noise, "noisy": old + 0.04 * flips[k],
+                      "same": old + noise, "zero_shot": old + noise / 3}
+            k += 1
+            rows += [{"cell": cell, "seed": seed, "method": m, "metrics": {"score": v}}
+                     for m, v in values.items()]
+    rows.append({"cell": "c3", "seed": 0, "method": "new", "metrics": {"score": 0.7}})
+    return rows
+
+
+def _paired(a: str, b: str, **extra) -> dict:
+    return {
+        "metric": "metrics.score", "direction": "higher", "source": {"file": "cells.jsonl"},
+        "a": {"label": a, "where": {"method": a}}, "b": {"label": b, "where": {"method": b}},
+        "pair_on": ["cell", "seed"], **extra,
+    }
+
+
+CLAIMS = {
+    "method": "toy",
+    "paper": "A toy paper (fixture)",
+    "claims": [
+        {"id": "holds", "claim": "new beats old", "paper": 0.05,
+         "comparison": _paired("new", "old")},
+        {"id": "contradicted", "claim": "old beats new", "comparison": _paired("old", "new")},
+        {"id": "inconclusive", "claim": "noisy beats old",
+         "comparison": _paired("noisy", "old")},
+        {"id": "untestable", "claim": "new beats old, given few-shot helps",
+         "comparison": _paired("new", "old"),
+         "power_check": {"description": "few-shot beats zero-shot on every cell",
+                         "each": ["cell"], "comparison": _paired("same", "zero_shot")}},
+        {"id": "one-unit", "claim": "new is above 0.5 on cell c3", "paper": 0.5,
+         "comparison": {"kind": "one_sample", "metric": "metrics.score",
+                        "direction": "higher",
+                        "source": {"file": "cells.jsonl", "where": {"cell": "c3"}},
+                        "a": {"label": "new", "where": {"method": "new"}},
+                        "pair_on": ["seed"]}},
+        {"id": "no-rows", "claim": "something the runs never stored",
+         "untestable": "the experiment logged means only"},
+        {"id": "pooled", "claim": "new beats old, per seed averaged over cells",
+         "comparison": _paired("new", "old", pair_on=["seed"], mean_over=["cell"])},
+        {"id": "arm-mean", "claim": "the trained arms (mean of new and noisy) beat zero-shot",
+         "comparison": {**_paired("new", "zero_shot"),
+                        "a": {"label": "trained", "where": {"method": ["new", "noisy"]},
+                              "mean_over": ["method"]}}},
+        {"id": "json-equivalence", "claim": "the two readers agree within 0.01",
+         "comparison": {"kind": "equivalence", "metric": "acc", "direction": "higher",
+                        "margin": 0.01,
+                        "source": {"file": "summary.json", "path": "results.runs"},
+                        "a": {"label": "reader A", "metric": "acc"},
+                        "b": {"label": "reader B", "metric": "acc_ref"},
+                        "pair_on": ["seed"]}},
+        {"id": "csv-one-sample", "claim": "accuracy beats chance (0.5)",
+         "comparison": {"kind": "one_sample", "metric": "acc", "direction": "higher",
+                        "against": 0.5, "source": {"file": "table.csv"},
+                        "a": {"label": "probe"}, "pair_on": ["seed"]}},
+    ],
+}
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> tuple[Path, Path]:
+    claims_dir, results = tmp_path / "claims", tmp_path / "results" / "toy"
+    claims_dir.mkdir()
+    results.mkdir(parents=True)
+    (claims_dir / "toy.yaml").write_text(yaml.safe_dump(CLAIMS, sort_keys=False))
+    gone = ("old", "c2", 4)
+    rows = [r for r in _rows() if (r["method"], r["cell"], r["seed"]) != gone]
+    (results / "cells.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runs = [{"seed": s, "acc": 0.8 + 0.001 * s, "acc_ref": 0.8 + 0.001 * s + 0.0005 * (-1) ** s}
+            for s in range(6)]
+    (results / "summary.json").write_text(json.dumps({"results": {"runs": runs}}))
+    (results / "table.csv").write_text("seed,acc\n0,0.61\n1,0.64\n2,0.58\n3,0.66\n")
+    return claims_dir, tmp_path / "results"
+
+
+def _by_id(tree: tuple[Path, Path]) -> dict[str, dict]:
+    assert claims.main(["toy", "--claims-dir", str(tree[0]), "--results-dir", str(tree[1])]) == 0
+    entries = json.loads((tree[1] / "toy" / "claims.json").read_text())
+    return {e["id"]: e for e in entries}
+
+
+def test_each_verdict_comes_from_the_case_built_for_it(tree):
+    got = _by_id(tree)
+    assert got["holds"]["verdict"] == "holds"
+    assert got["contradicted"]["verdict"] == "contradicted"
+    assert got["inconclusive"]["verdict"] == "inconclusive"
+    assert "detects a true difference of" in got["inconclusive"]["notes"]
+    untestable = got["untestable"]
+    assert untestable["verdict"] == "not testable here"
+    assert untestable["power_check"]["passed"] is False
+    assert "cell=c1" in untestable["power_check"]["evidence"]
+    assert "does not show that few-shot beats zero-shot" in untestable["notes"]
+    assert untestable["mean_diff"] == pytest.approx(got["holds"]["mean_diff"])  # still computed
+
+
+def test_output_keys_and_numbers(tree):
+    got = _by_id(tree)
+    entry = got["holds"]
+    required = {"claim", "comparison", "metric", "paper", "ours", "n", "mean_diff", "ci_low",
+                "ci_high", "p_value", "test", "power_check", "verdict", "notes"}
+    assert required <= set(entry)
+    assert set(entry["power_check"]) == {"description", "passed", "evidence"}
+    assert entry["n"] == 9  # 10 (cell, seed) units, one without its `old` partner
+    assert entry["ours"] == pytest.approx(0.05, abs=0.003)
+    assert entry["paper"] == 0.05
+    md = (tree[1] / "toy" / "claims.md").read_text()
+    assert "| holds | 0.05 |" in md and "**not testable here**" in md
+
+
+def test_a_unit_without_partner_is_named_and_left_out(tree):
+    notes = _by_id(tree)["holds"]["notes"]
+    assert "Unpaired, left out: cell=c2, seed=4 has new but no old" in notes
+    assert "cell=c3, seed=0 has new but no old" in notes
+
+
+def test_mean_over_averages_cells_within_a_seed(tree):
+    pooled = _by_id(tree)["pooled"]
+    by = {(r["method"], r["cell"], r["seed"]): r["metrics"]["score"] for r in _rows()}
+    # seed 4 lacks `old` on c2: its c2 cell is left out of both arms, not averaged in
+    cells = {s: ("c1", "c2") if s < 4 else ("c1",) for s in range(5)}
+    expected = [np.mean([by["new", c, s] - by["old", c, s] for c in cells[s]]) for s in range(5)]
+    assert pooled["n"] == 5
+    assert pooled["mean_diff"] == pytest.approx(np.mean(expected))
+    assert "seed=4, cell=c2 has new but no old" in pooled["notes"]
+
+
+def test_an_arm_can_average_its_own_rows(tree):
+    got = _by_id(tree)["arm-mean"]
+    by = {(r["method"], r["cell"], r["seed"]): r["metrics"]["score"] for r in _rows()}
+    units = [(c, s) for c in ("c1", "c2") for s in range(5)]
+    expected = [(by["new", c, s] + by["noisy", c, s]) / 2 - by["zero_shot", c, s] for c, s in units]
+    assert got["n"] == 10 and got["mean_diff"] == pytest.approx(np.mean(expected))
+
+
+def test_too_few_units_is_not_testable_and_says_why(tree):
+    got = _by_id(tree)
+    one = got["one-unit"]
+    assert one["verdict"] == "not testable here" and one["n"] == 1
+    assert "per-seed or per-cell values are missing" in one["notes"]
+    assert got["no-rows"]["verdict"] == "not testable here"
+    assert "means only" in got["no-rows"]["notes"]
+
+
+def test_json_path_and_csv_sources(tree):
+    got = _by_id(tree)
+    eq = got["json-equivalence"]
+    assert eq["verdict"] == "holds" and eq["test"] == "TOST (paired t)" and eq["n"] == 6
+    one = got["csv-one-sample"]
+    assert one["n"] == 4 and one["ours"] == pytest.approx(0.6225)
+    assert one["mean_diff"] == pytest.approx(0.1225) and one["verdict"] == "holds"
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda c: c["claims"][0].update(colour="red"), "claims.0.colour: Extra inputs"),
+        (lambda c: c["claims"][0]["comparison"].pop("b"), "needs arm b"),
+        (lambda c: c["claims"][1].update(id="holds"), "claim ids repeat: holds"),
+        (lambda c: c["claims"][0]["comparison"]["source"].update(file="nope.jsonl"),
+         "nope.jsonl: no such stored results file"),
+        (lambda c: c["claims"][0]["comparison"].update(pair_on=["seed"]),
+         "two rows for seed=0"),
+    ],
+)
+def test_bad_input_is_one_line(tree, capsys, edit, message):
+    data = json.loads(json.dumps(CLAIMS))
+    edit(data)
+    (tree[0] / "toy.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    rc = claims.main(["toy", "--claims-dir", str(tree[0]), "--results-dir", str(tree[1])])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1
