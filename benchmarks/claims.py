@@ -566,6 +566,8 @@ def describe(comp: Comparison, against: float | None) -> str:
     if comp.mean_over:
         units += f" (averaged over {', '.join(comp.mean_over)})"
     files = comp.source.file if isinstance(comp.source.file, str) else ", ".join(comp.source.file)
+    files += f" at {comp.source.path}" if comp.source.path else ""
+    files += f", each of {comp.source.unnest}" if comp.source.unnest else ""
     where = f" where {_where_text(comp.source.where)}" if comp.source.where else ""
     return f"{head}; {metric}; {units}; rows: {files}{where}"
 

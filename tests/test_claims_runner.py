@@ -216,6 +216,7 @@ def test_an_object_of_rows_gives_its_keys_as_a_column(tree):
     # tuned - base = 0.1 - 0.01 i for the tasks t0..t3
     assert got["n"] == 4 and got["mean_diff"] == pytest.approx(np.mean([0.1 - 0.01 * i
                                                                         for i in range(4)]))
+    assert "rows: tasks.json at model.tasks" in got["comparison"]
 
 
 def test_unnest_makes_a_row_of_each_listed_object_with_its_parents_columns(tree):
