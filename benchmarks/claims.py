@@ -30,6 +30,10 @@ Schema of a claims file (strict: an unknown key is an error)::
             file: runs*.jsonl             # name or glob (or a list), under results/<method>/
             format: jsonl                 # jsonl | json | csv (default: from the suffix)
             path: cells                   # json only: dotted path to the list of row dicts
+                                          # (or to an object of row dicts: its keys
+                                          # become the column `key`)
+            unnest: result                # optional: a column holding a list of row dicts;
+                                          # each becomes a row with the parent's columns
             where: {fraction: [5.0, 10.0]}  # keep rows whose column equals the value
                                           # (a list: any of its values; to match a list
                                           # value, wrap it: [[a, b]])
@@ -120,6 +124,7 @@ class Source(_Strict):
     file: str | list[str]
     format: Literal["jsonl", "json", "csv"] | None = None
     path: str | None = None
+    unnest: str | None = None
     where: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -285,9 +290,29 @@ def _cell(text: str) -> Any:
 
 
 def _dicts(rows: Any, path: Path, what: str) -> list[dict[str, Any]]:
+    if isinstance(rows, dict) and rows and all(isinstance(r, dict) for r in rows.values()):
+        if any("key" in r for r in rows.values()):
+            raise ClaimsError(f"{path}: {what} is an object of rows, but a row has a `key` "
+                              "column already")
+        return [{"key": k, **r} for k, r in rows.items()]
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise ClaimsError(f"{path}: {what} is not a list of row objects")
+        raise ClaimsError(f"{path}: {what} is not a list (or object) of row objects")
     return rows
+
+
+def unnest(rows: list[dict[str, Any]], column: str) -> list[dict[str, Any]]:
+    """Each row object listed in ``row[column]`` as a row of its own, with the parent's columns.
+
+    The child's columns win where both have one; a row whose ``column`` is not a
+    list of row objects is left out.
+    """
+    out = []
+    for row in rows:
+        children = row.get(column)
+        if isinstance(children, list) and all(isinstance(c, dict) for c in children):
+            parent = {k: v for k, v in row.items() if k != column}
+            out += [{**parent, **child} for child in children]
+    return out
 
 
 def read_file(path: Path, fmt: str | None, doc_path: str | None) -> list[dict[str, Any]]:
@@ -324,6 +349,8 @@ class Rows:
         if key not in self.cache:
             rows = [r for p in self._files(source.file) for r in
                     read_file(p, source.format, source.path)]
+            if source.unnest:
+                rows = unnest(rows, source.unnest)
             self.cache[key] = [r for r in rows if matches(r, source.where)]
         return self.cache[key]
 
@@ -539,6 +566,8 @@ def describe(comp: Comparison, against: float | None) -> str:
     if comp.mean_over:
         units += f" (averaged over {', '.join(comp.mean_over)})"
     files = comp.source.file if isinstance(comp.source.file, str) else ", ".join(comp.source.file)
+    files += f" at {comp.source.path}" if comp.source.path else ""
+    files += f", each of {comp.source.unnest}" if comp.source.unnest else ""
     where = f" where {_where_text(comp.source.where)}" if comp.source.where else ""
     return f"{head}; {metric}; {units}; rows: {files}{where}"
 

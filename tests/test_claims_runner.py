@@ -91,6 +91,18 @@ CLAIMS = {
                         "a": {"label": "reader A", "metric": "acc"},
                         "b": {"label": "reader B", "metric": "acc_ref"},
                         "pair_on": ["seed"]}},
+        {"id": "keyed-rows", "claim": "tuned beats base on every task",
+         "comparison": {"metric": "tuned", "direction": "higher",
+                        "source": {"file": "tasks.json", "path": "model.tasks"},
+                        "a": {"label": "tuned"}, "b": {"label": "base", "metric": "base"},
+                        "pair_on": ["key"]}},
+        {"id": "unnested", "claim": "one step is worse than two",
+         "comparison": {"metric": "ppl", "direction": "lower",
+                        "source": {"file": "curves.jsonl", "unnest": "result",
+                                   "where": {"part": "text"}},
+                        "a": {"label": "two steps", "where": {"steps": 2}},
+                        "b": {"label": "one step", "where": {"steps": 1}},
+                        "pair_on": ["seed"]}},
         {"id": "csv-one-sample", "claim": "accuracy beats chance (0.5)",
          "comparison": {"kind": "one_sample", "metric": "acc", "direction": "higher",
                         "against": 0.5, "source": {"file": "table.csv"},
@@ -112,6 +124,13 @@ def tree(tmp_path: Path) -> tuple[Path, Path]:
             for s in range(6)]
     (results / "summary.json").write_text(json.dumps({"results": {"runs": runs}}))
     (results / "table.csv").write_text("seed,acc\n0,0.61\n1,0.64\n2,0.58\n3,0.66\n")
+    tasks = {f"t{i}": {"tuned": 0.5 + 0.1 * i, "base": 0.4 + 0.1 * i + 0.01 * i} for i in range(4)}
+    (results / "tasks.json").write_text(json.dumps({"model": {"tasks": tasks}}))
+    curves = [{"part": "text", "model": "all", "seed": s,
+               "result": [{"model": "m", "steps": k, "ppl": 100 / k + s} for k in (1, 2)]}
+              for s in range(3)]
+    curves.append({"part": "onestep", "model": "m", "seed": 0, "result": {"ppl": 1.0}})
+    (results / "curves.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curves))
     return claims_dir, tmp_path / "results"
 
 
@@ -190,6 +209,21 @@ def test_json_path_and_csv_sources(tree):
     one = got["csv-one-sample"]
     assert one["n"] == 4 and one["ours"] == pytest.approx(0.6225)
     assert one["mean_diff"] == pytest.approx(0.1225) and one["verdict"] == "holds"
+
+
+def test_an_object_of_rows_gives_its_keys_as_a_column(tree):
+    got = _by_id(tree)["keyed-rows"]
+    # tuned - base = 0.1 - 0.01 i for the tasks t0..t3
+    assert got["n"] == 4 and got["mean_diff"] == pytest.approx(np.mean([0.1 - 0.01 * i
+                                                                        for i in range(4)]))
+    assert "rows: tasks.json at model.tasks" in got["comparison"]
+
+
+def test_unnest_makes_a_row_of_each_listed_object_with_its_parents_columns(tree):
+    got = _by_id(tree)["unnested"]
+    # per seed, ppl(1 step) - ppl(2 steps) = 100 - 50; the onestep row (a dict) is left out
+    assert got["n"] == 3 and got["mean_diff"] == pytest.approx(50.0)
+    assert got["verdict"] == "holds"
 
 
 @pytest.mark.parametrize(
