@@ -34,6 +34,8 @@ Schema of a claims file (strict: an unknown key is an error)::
                                           # become the column `key`)
             unnest: result                # optional: a column holding a list of row dicts;
                                           # each becomes a row with the parent's columns
+            parse: {key: "(?P<method>[^/]+)/(?P<seed>[0-9]+)"}  # columns read out of a column
+                                          # (regex named groups; numbers where they read so)
             where: {fraction: [5.0, 10.0]}  # keep rows whose column equals the value
                                           # (a list: any of its values; to match a list
                                           # value, wrap it: [[a, b]])
@@ -41,6 +43,8 @@ Schema of a claims file (strict: an unknown key is an error)::
           b: {label: no augmentation}     # an arm: label, optional where / metric / source
                                           # / mean_over (its own columns averaged into
                                           # one value per cell, e.g. every few-shot selector)
+                                          # / abs_error_to (a column holding the truth: the
+                                          # arm's value is |metric - truth|)
           pair_on: [dataset, family, fraction, seed]   # the columns naming a unit
           mean_over: []                   # columns averaged away inside a unit
           transform: log_ratio            # difference (default) | log_ratio (paired only)
@@ -80,6 +84,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import sys
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
@@ -88,7 +93,14 @@ from typing import Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from flowerbed.algorithms import paired_stats as ps
 from flowerbed.core.seeds import derive_seed
@@ -125,7 +137,20 @@ class Source(_Strict):
     format: Literal["jsonl", "json", "csv"] | None = None
     path: str | None = None
     unnest: str | None = None
+    parse: dict[str, str] = Field(default_factory=dict)
     where: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("parse")
+    @classmethod
+    def _named_groups(cls, parse: dict[str, str]) -> dict[str, str]:
+        for column, pattern in parse.items():
+            try:
+                groups = re.compile(pattern).groupindex
+            except re.error as exc:
+                raise ValueError(f"{column}: not a regular expression ({exc})") from None
+            if not groups:
+                raise ValueError(f"{column}: the pattern names no group (?P<name>...)")
+        return parse
 
 
 class Arm(_Strict):
@@ -134,6 +159,7 @@ class Arm(_Strict):
     label: str
     where: dict[str, Any] = Field(default_factory=dict)
     metric: str | None = None
+    abs_error_to: str | None = None
     source: Source | None = None
     mean_over: list[str] = Field(default_factory=list)
 
@@ -336,6 +362,21 @@ def read_file(path: Path, fmt: str | None, doc_path: str | None) -> list[dict[st
     raise ClaimsError(f"{path}: unknown format {kind!r}; give source.format: jsonl|json|csv")
 
 
+def parsed(row: dict[str, Any], parse: dict[str, str]) -> dict[str, Any]:
+    """The row with the named groups of each ``parse`` pattern added as columns.
+
+    ``{"key": "(?P<method>[^/]+)/(?P<seed>[0-9]+)"}`` reads ``"key": "sparsessm/2"`` as
+    ``method="sparsessm", seed=2`` (numbers where they read as numbers). A row whose
+    column does not match the whole pattern is kept unchanged.
+    """
+    extra: dict[str, Any] = {}
+    for column, pattern in parse.items():
+        found = re.fullmatch(pattern, str(lookup(row, column)))
+        if found:
+            extra.update({k: _cell(v) for k, v in found.groupdict().items() if v is not None})
+    return {**row, **extra} if extra else row
+
+
 @dataclass
 class Rows:
     """Reads each source once per claims file."""
@@ -347,7 +388,7 @@ class Rows:
         """The source's rows after its ``where``."""
         key = source.model_dump_json()
         if key not in self.cache:
-            rows = [r for p in self._files(source.file) for r in
+            rows = [parsed(r, source.parse) for p in self._files(source.file) for r in
                     read_file(p, source.format, source.path)]
             if source.unnest:
                 rows = unnest(rows, source.unnest)
@@ -394,6 +435,9 @@ def cell_values(
         if not matches(row, arm.where):
             continue
         value = lookup(row, metric)
+        if arm.abs_error_to is not None:
+            truth = lookup(row, arm.abs_error_to)
+            value = abs(value - truth) if _number(value) and _number(truth) else None
         if not _number(value):
             missing += 1
             continue
@@ -542,7 +586,9 @@ def _evidence(comp: Comparison, out: Outcome) -> str:
     what = f"{comp.a.label} - {comp.b.label}" if comp.b else f"{comp.a.label} - {comp.against}"
     s = out.summary
     if s is None:
-        return f"{what}: {out.notes[-1]} ({out.verdict})"
+        pct = " %" if comp.transform == "log_ratio" else ""
+        ours = "" if out.ours is None else f"ours = {out.ours:.4g}{pct}; "
+        return f"{what}: {ours}{out.notes[-1]} ({out.verdict})"
     return (f"{what} = {s.mean_diff:+.4g} [{s.ci_low:+.4g}, {s.ci_high:+.4g}] "
             f"(oriented, n={s.n}, {s.test} p={s.p_value:.3g}): {out.verdict}")
 
@@ -553,6 +599,9 @@ def _evidence(comp: Comparison, out: Outcome) -> str:
 def describe(comp: Comparison, against: float | None) -> str:
     """One sentence saying what is compared, on which units."""
     metric = f"{comp.metric} ({comp.direction} is better)"
+    truths = {arm.abs_error_to for arm in (comp.a, comp.b) if arm and arm.abs_error_to}
+    if truths:
+        metric += f", as the absolute error against {', '.join(sorted(truths))}"
     if comp.kind == "paired":
         op = "log(a / b)" if comp.transform == "log_ratio" else "a - b"
         head = f"paired {op}: a = {comp.a.label}, b = {comp.b.label}"  # type: ignore[union-attr]

@@ -245,3 +245,78 @@ def test_bad_input_is_one_line(tree, capsys, edit, message):
     rc = claims.main(["toy", "--claims-dir", str(tree[0]), "--results-dir", str(tree[1])])
     err = capsys.readouterr().err
     assert rc == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def _write_toy(tmp_path: Path, claim_list: list[dict], files: dict[str, str]) -> tuple[Path, Path]:
+    claims_dir, results = tmp_path / "claims", tmp_path / "results" / "toy"
+    claims_dir.mkdir()
+    results.mkdir(parents=True)
+    spec = {"method": "toy", "paper": "A toy paper (fixture)", "claims": claim_list}
+    (claims_dir / "toy.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    for name, text in files.items():
+        (results / name).write_text(text)
+    return claims_dir, tmp_path / "results"
+
+
+KEYED = [{"key": f"{m}/{s}", "ppl": v} for s, (x, y) in enumerate([(7.0, 7.5), (7.1, 7.4),
+                                                                  (6.9, 7.6)])
+         for m, v in (("new", x), ("old", y))] + [{"key": "dense", "ppl": 6.8}]
+ESTIMATES = [{"task": t, "true": tr, "fast": f, "slow": sl}
+             for t, tr, f, sl in [(0, 1.0, 1.1, 0.7), (1, 0.5, 0.45, 0.9), (2, 2.0, 1.7, 2.6),
+                                  (3, 0.2, 0.25, 0.1)]]
+
+
+def test_parse_reads_columns_out_of_a_key(tmp_path):
+    source = {"file": "cells.jsonl", "parse": {"key": "(?P<method>[^/]+)/(?P<seed>[0-9]+)"}}
+    comp = {"metric": "ppl", "direction": "lower", "source": source,
+            "a": {"label": "new", "where": {"method": "new"}},
+            "b": {"label": "old", "where": {"method": "old"}}, "pair_on": ["seed"]}
+    tree = _write_toy(tmp_path, [{"id": "keyed", "claim": "new beats old", "comparison": comp}],
+                      {"cells.jsonl": "".join(json.dumps(r) + "\n" for r in KEYED)})
+    got = _by_id(tree)["keyed"]
+    assert got["n"] == 3  # the unmatched "dense" row gets no method and joins no arm
+    assert got["mean_diff"] == pytest.approx(np.mean([0.5, 0.3, 0.7]))
+    assert got["verdict"] == "holds"
+
+
+def test_abs_error_to_compares_errors_against_the_truth(tmp_path):
+    comp = {"metric": "fast", "direction": "lower", "source": {"file": "rows.json"},
+            "a": {"label": "fast", "abs_error_to": "true"},
+            "b": {"label": "slow", "metric": "slow", "abs_error_to": "true"},
+            "pair_on": ["task"]}
+    tree = _write_toy(tmp_path, [{"id": "err", "claim": "fast errs less", "comparison": comp}],
+                      {"rows.json": json.dumps(ESTIMATES)})
+    got = _by_id(tree)["err"]
+    fast = np.abs([r["fast"] - r["true"] for r in ESTIMATES])
+    slow = np.abs([r["slow"] - r["true"] for r in ESTIMATES])
+    assert got["n"] == 4 and got["mean_diff"] == pytest.approx(np.mean(slow - fast))
+    assert "absolute error against true" in got["comparison"]
+
+
+def test_a_one_unit_power_check_shows_its_value(tmp_path):
+    source = {"file": "cells.jsonl", "parse": {"key": "(?P<method>[a-z]+)"}}
+    check = {"description": "the dense model is above 7", "comparison": {
+        "kind": "one_sample", "metric": "ppl", "direction": "higher", "against": 7.0,
+        "source": source, "a": {"label": "dense", "where": {"method": "dense"}},
+        "pair_on": ["method"]}}
+    comp = {"metric": "ppl", "direction": "lower",
+            "source": {**source, "parse": {"key": "(?P<method>[a-z]+)/(?P<seed>[0-9]+)"}},
+            "a": {"label": "new", "where": {"method": "new"}},
+            "b": {"label": "old", "where": {"method": "old"}}, "pair_on": ["seed"]}
+    tree = _write_toy(tmp_path, [{"id": "gated", "claim": "new beats old", "comparison": comp,
+                                  "power_check": check}],
+                      {"cells.jsonl": "".join(json.dumps(r) + "\n" for r in KEYED)})
+    got = _by_id(tree)["gated"]
+    assert got["verdict"] == "not testable here" and got["power_check"]["passed"] is False
+    assert "ours = 6.8;" in got["power_check"]["evidence"]
+
+
+def test_a_pattern_without_named_groups_is_one_line(tmp_path, capsys):
+    comp = {"metric": "ppl", "direction": "lower",
+            "source": {"file": "cells.jsonl", "parse": {"key": "[a-z]+/[0-9]+"}},
+            "a": {"label": "new"}, "b": {"label": "old"}, "pair_on": ["seed"]}
+    tree = _write_toy(tmp_path, [{"id": "bad", "claim": "x", "comparison": comp}],
+                      {"cells.jsonl": "".join(json.dumps(r) + "\n" for r in KEYED)})
+    rc = claims.main(["toy", "--claims-dir", str(tree[0]), "--results-dir", str(tree[1])])
+    err = capsys.readouterr().err
+    assert rc == 2 and "the pattern names no group" in err and len(err.strip().splitlines()) == 1
