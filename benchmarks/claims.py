@@ -30,6 +30,9 @@ Schema of a claims file (strict: an unknown key is an error)::
             file: runs*.jsonl             # name or glob (or a list), under results/<method>/
             format: jsonl                 # jsonl | json | csv (default: from the suffix)
             path: cells                   # json only: dotted path to the list of row dicts
+            key: null                     # json only: `path` is an object of row dicts; each
+                                          # row gets its key (a number where it reads as one)
+                                          # in this column
             where: {fraction: [5.0, 10.0]}  # keep rows whose column equals the value
                                           # (a list: any of its values; to match a list
                                           # value, wrap it: [[a, b]])
@@ -39,7 +42,7 @@ Schema of a claims file (strict: an unknown key is an error)::
                                           # one value per cell, e.g. every few-shot selector)
           pair_on: [dataset, family, fraction, seed]   # the columns naming a unit
           mean_over: []                   # columns averaged away inside a unit
-          transform: log_ratio            # difference (default) | log_ratio (paired only)
+          transform: log_ratio            # difference (default) | log_ratio (two arms only)
           against: null                   # one_sample / one-arm equivalence: the value
                                           # (default: the claim's numeric `paper`)
           margin: null                    # equivalence: the margin, stated before looking
@@ -120,6 +123,7 @@ class Source(_Strict):
     file: str | list[str]
     format: Literal["jsonl", "json", "csv"] | None = None
     path: str | None = None
+    key: str | None = None
     where: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -156,8 +160,8 @@ class Comparison(_Strict):
             raise ValueError("a one_sample comparison has arm a only (use `against`)")
         if self.kind == "equivalence" and self.margin is None:
             raise ValueError("an equivalence comparison needs its margin")
-        if self.transform == "log_ratio" and self.kind != "paired":
-            raise ValueError("transform log_ratio is for paired comparisons")
+        if self.transform == "log_ratio" and self.b is None:
+            raise ValueError("transform log_ratio needs arm b (paired or two-arm equivalence)")
         if set(self.pair_on) & set(self.mean_over):
             raise ValueError("a column cannot be in both pair_on and mean_over")
         return self
@@ -290,9 +294,27 @@ def _dicts(rows: Any, path: Path, what: str) -> list[dict[str, Any]]:
     return rows
 
 
-def read_file(path: Path, fmt: str | None, doc_path: str | None) -> list[dict[str, Any]]:
-    """Rows of one JSONL, JSON or CSV file."""
+def keyed_rows(node: Any, key: str, path: Path) -> list[dict[str, Any]]:
+    """An object of row objects as rows, each with its key in column ``key``.
+
+    A key that reads as a number becomes one (``"0.5"`` -> ``0.5``), so that
+    ``where`` and ``pair_on`` treat it like any numeric column.
+    """
+    if not isinstance(node, dict) or not all(isinstance(v, dict) for v in node.values()):
+        raise ClaimsError(f"{path}: source.key needs an object of row objects at source.path")
+    clash = [k for k, v in node.items() if key in v]
+    if clash:
+        raise ClaimsError(f"{path}: row {clash[0]!r} already has a column {key!r} (source.key)")
+    return [{key: _cell(k), **v} for k, v in node.items()]
+
+
+def read_file(
+    path: Path, fmt: str | None, doc_path: str | None, key: str | None = None
+) -> list[dict[str, Any]]:
+    """Rows of one JSONL, JSON or CSV file (``key``: JSON only, see :func:`keyed_rows`)."""
     kind = fmt or path.suffix.lstrip(".").lower()
+    if key is not None and kind != "json":
+        raise ClaimsError(f"{path}: source.key is for JSON files only")
     try:
         text = path.read_text()
         if kind == "jsonl":
@@ -301,6 +323,8 @@ def read_file(path: Path, fmt: str | None, doc_path: str | None) -> list[dict[st
         if kind == "json":
             doc = json.loads(text)
             node = lookup(doc, doc_path) if doc_path else doc
+            if key is not None:
+                node = keyed_rows(node, key, path)
             return _dicts(node, path, f"`{doc_path}`" if doc_path else "the document")
         if kind == "csv":
             return [{k: _cell(v) for k, v in r.items()} for r in csv.DictReader(text.splitlines())]
@@ -323,7 +347,7 @@ class Rows:
         key = source.model_dump_json()
         if key not in self.cache:
             rows = [r for p in self._files(source.file) for r in
-                    read_file(p, source.format, source.path)]
+                    read_file(p, source.format, source.path, source.key)]
             self.cache[key] = [r for r in rows if matches(r, source.where)]
         return self.cache[key]
 
@@ -471,7 +495,7 @@ def evaluate(comp: Comparison, rows: Rows, seed: int, against: float | None = No
     if comp.kind == "equivalence":
         summary, decision = ps.equivalence(d, comp.margin, seed)  # type: ignore[arg-type]
         verdict = {"equivalent": HOLDS, "not equivalent": CONTRADICTED}.get(decision, INCONCLUSIVE)
-        notes.append(f"90 % interval against the margin ±{comp.margin}")  # TOST's interval
+        notes.append(f"90 % interval against the margin ±{_units(comp.margin, comp)}")  # TOST
     else:
         summary = ps.summarize(d, seed, one_sample=comp.b is None)
         verdict = {ps.A_BETTER: HOLDS, ps.B_BETTER: CONTRADICTED}.get(summary.verdict, INCONCLUSIVE)
@@ -526,11 +550,12 @@ def _evidence(comp: Comparison, out: Outcome) -> str:
 def describe(comp: Comparison, against: float | None) -> str:
     """One sentence saying what is compared, on which units."""
     metric = f"{comp.metric} ({comp.direction} is better)"
+    op = "log(a / b)" if comp.transform == "log_ratio" else "a - b"
     if comp.kind == "paired":
-        op = "log(a / b)" if comp.transform == "log_ratio" else "a - b"
         head = f"paired {op}: a = {comp.a.label}, b = {comp.b.label}"  # type: ignore[union-attr]
     elif comp.b is not None:
-        head = f"equivalence within ±{comp.margin}: {comp.a.label} - {comp.b.label}"
+        head = (f"equivalence within ±{comp.margin} of {op}: a = {comp.a.label}, "
+                f"b = {comp.b.label}")
     else:
         value = comp.against if comp.against is not None else against
         kind = f"equivalence within ±{comp.margin}" if comp.kind == "equivalence" else "one-sample"

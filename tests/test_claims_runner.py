@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from scipy import stats
 
 pytest.importorskip("statsmodels")
 
@@ -95,8 +96,20 @@ CLAIMS = {
          "comparison": {"kind": "one_sample", "metric": "acc", "direction": "higher",
                         "against": 0.5, "source": {"file": "table.csv"},
                         "a": {"label": "probe"}, "pair_on": ["seed"]}},
+        {"id": "keyed-log-equivalence", "claim": "the fitted slopes are within 5 % of theory",
+         "comparison": {"kind": "equivalence", "metric": "fit", "direction": "higher",
+                        "transform": "log_ratio", "margin": 0.05,
+                        "source": {"file": "fits.json", "path": "by_rho", "key": "rho",
+                                   "where": {"rho": [0.5, 0.7, 0.9]}},
+                        "a": {"label": "fitted", "metric": "fit"},
+                        "b": {"label": "theory", "metric": "theory"},
+                        "pair_on": ["rho"]}},
     ],
 }
+
+#: Fitted slopes keyed by rho, as an experiment stores them: an object, not a list.
+FITS = {"0.5": {"fit": 1.36, "theory": 1.3333}, "0.7": {"fit": 1.95, "theory": 1.9608},
+        "0.9": {"fit": 5.20, "theory": 5.2632}, "0.95": {"fit": 9.0, "theory": 10.256}}
 
 
 @pytest.fixture
@@ -112,6 +125,7 @@ def tree(tmp_path: Path) -> tuple[Path, Path]:
             for s in range(6)]
     (results / "summary.json").write_text(json.dumps({"results": {"runs": runs}}))
     (results / "table.csv").write_text("seed,acc\n0,0.61\n1,0.64\n2,0.58\n3,0.66\n")
+    (results / "fits.json").write_text(json.dumps({"by_rho": FITS}))
     return claims_dir, tmp_path / "results"
 
 
@@ -192,6 +206,19 @@ def test_json_path_and_csv_sources(tree):
     assert one["mean_diff"] == pytest.approx(0.1225) and one["verdict"] == "holds"
 
 
+def test_keyed_rows_and_log_ratio_equivalence(tree):
+    got = _by_id(tree)["keyed-log-equivalence"]
+    rho = [0.5, 0.7, 0.9]  # the numeric keys are matched by `where`; 0.95 is left out
+    d = np.log([FITS[str(r)]["fit"] / FITS[str(r)]["theory"] for r in rho])
+    half = stats.t.ppf(0.95, 2) * d.std(ddof=1) / np.sqrt(3)  # TOST's 90 % t interval
+    assert got["n"] == 3 and got["mean_diff"] == pytest.approx(d.mean())
+    assert got["ci_low"] == pytest.approx(d.mean() - half)
+    assert got["ci_high"] == pytest.approx(d.mean() + half)
+    assert got["ours"] == pytest.approx(100 * np.expm1(d.mean()))
+    assert abs(d.mean()) + half < 0.05 and got["verdict"] == "holds"
+    assert "log(a / b)" in got["comparison"]
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -202,6 +229,12 @@ def test_json_path_and_csv_sources(tree):
          "nope.jsonl: no such stored results file"),
         (lambda c: c["claims"][0]["comparison"].update(pair_on=["seed"]),
          "two rows for seed=0"),
+        (lambda c: c["claims"][-1]["comparison"]["source"].update(path="by_rho.0.5"),
+         "source.key needs an object of row objects"),
+        (lambda c: c["claims"][-1]["comparison"]["source"].update(key="fit"),
+         "already has a column 'fit'"),
+        (lambda c: c["claims"][-1]["comparison"].update(kind="one_sample", b=None, against=1),
+         "transform log_ratio needs arm b"),
     ],
 )
 def test_bad_input_is_one_line(tree, capsys, edit, message):
