@@ -30,9 +30,10 @@ Schema of a claims file (strict: an unknown key is an error)::
             file: runs*.jsonl             # name or glob (or a list), under results/<method>/
             format: jsonl                 # jsonl | json | csv (default: from the suffix)
             path: cells                   # json only: dotted path to the list of row dicts
-            key: null                     # json only: `path` is an object of row dicts; each
-                                          # row gets its key (a number where it reads as one)
-                                          # in this column
+            key: null                     # json only: `path` leads to an object of rows (or
+                                          # holds a * for its keys: synthetic.*.rows); each
+                                          # row gets its key in this column (a number where
+                                          # it reads as one)
             where: {fraction: [5.0, 10.0]}  # keep rows whose column equals the value
                                           # (a list: any of its values; to match a list
                                           # value, wrap it: [[a, b]])
@@ -294,18 +295,32 @@ def _dicts(rows: Any, path: Path, what: str) -> list[dict[str, Any]]:
     return rows
 
 
-def keyed_rows(node: Any, key: str, path: Path) -> list[dict[str, Any]]:
-    """An object of row objects as rows, each with its key in column ``key``.
+def keyed_rows(doc: Any, doc_path: str | None, key: str, path: Path) -> list[dict[str, Any]]:
+    """Rows stored under names, each with its name in column ``key``.
 
-    A key that reads as a number becomes one (``"0.5"`` -> ``0.5``), so that
-    ``where`` and ``pair_on`` treat it like any numeric column.
+    ``doc_path`` leads to an object whose values are rows (``e1``: ``{"0.2":
+    {...}, "0.5": {...}}``), or holds one ``*`` standing for that object's keys,
+    the rest of the path leading from each to a row or a list of rows
+    (``synthetic.*.rows``). A name that reads as a number becomes one
+    (``"0.5"`` -> ``0.5``), so that ``where`` and ``pair_on`` treat it like any
+    numeric column.
     """
-    if not isinstance(node, dict) or not all(isinstance(v, dict) for v in node.values()):
-        raise ClaimsError(f"{path}: source.key needs an object of row objects at source.path")
-    clash = [k for k, v in node.items() if key in v]
-    if clash:
-        raise ClaimsError(f"{path}: row {clash[0]!r} already has a column {key!r} (source.key)")
-    return [{key: _cell(k), **v} for k, v in node.items()]
+    head, _, tail = (doc_path or "").partition("*")
+    head, tail = head.rstrip("."), tail.lstrip(".")
+    node = lookup(doc, head) if head else doc
+    if not isinstance(node, dict):
+        raise ClaimsError(f"{path}: source.key needs an object at `{head or '(top level)'}`")
+    rows = []
+    for name, entry in node.items():
+        found = lookup(entry, tail) if tail else entry
+        for row in found if isinstance(found, list) else [found]:
+            if not isinstance(row, dict):
+                raise ClaimsError(f"{path}: {name!r} holds no row objects (source.key)")
+            if key in row:
+                raise ClaimsError(f"{path}: a row under {name!r} already has a column {key!r} "
+                                  "(source.key)")
+            rows.append({key: _cell(name), **row})
+    return rows
 
 
 def read_file(
@@ -315,6 +330,8 @@ def read_file(
     kind = fmt or path.suffix.lstrip(".").lower()
     if key is not None and kind != "json":
         raise ClaimsError(f"{path}: source.key is for JSON files only")
+    if key is None and "*" in (doc_path or ""):
+        raise ClaimsError(f"{path}: a * in source.path needs source.key (the column for its keys)")
     try:
         text = path.read_text()
         if kind == "jsonl":
@@ -322,9 +339,9 @@ def read_file(
             return _dicts(rows, path, "a line")
         if kind == "json":
             doc = json.loads(text)
-            node = lookup(doc, doc_path) if doc_path else doc
             if key is not None:
-                node = keyed_rows(node, key, path)
+                return keyed_rows(doc, doc_path, key, path)
+            node = lookup(doc, doc_path) if doc_path else doc
             return _dicts(node, path, f"`{doc_path}`" if doc_path else "the document")
         if kind == "csv":
             return [{k: _cell(v) for k, v in r.items()} for r in csv.DictReader(text.splitlines())]

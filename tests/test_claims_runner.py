@@ -104,12 +104,24 @@ CLAIMS = {
                         "a": {"label": "fitted", "metric": "fit"},
                         "b": {"label": "theory", "metric": "theory"},
                         "pair_on": ["rho"]}},
+        {"id": "star-path", "claim": "the student beats the teacher in every setting",
+         "comparison": {"metric": "student", "direction": "lower",
+                        "source": {"file": "fits.json", "path": "settings.*.rows",
+                                   "key": "setting"},
+                        "a": {"label": "student", "metric": "student"},
+                        "b": {"label": "teacher", "metric": "teacher"},
+                        "pair_on": ["setting", "lam"]}},
     ],
 }
 
 #: Fitted slopes keyed by rho, as an experiment stores them: an object, not a list.
 FITS = {"0.5": {"fit": 1.36, "theory": 1.3333}, "0.7": {"fit": 1.95, "theory": 1.9608},
         "0.9": {"fit": 5.20, "theory": 5.2632}, "0.95": {"fit": 9.0, "theory": 10.256}}
+#: Rows nested one level deeper, under one object per setting.
+SETTINGS = {"n=4": {"rows": [{"lam": 0.1, "student": 1.0, "teacher": 1.3},
+                             {"lam": 1.0, "student": 1.1, "teacher": 1.2}]},
+            "n=8": {"rows": [{"lam": 0.1, "student": 0.9, "teacher": 1.25},
+                             {"lam": 1.0, "student": 1.0, "teacher": 1.05}]}}
 
 
 @pytest.fixture
@@ -125,7 +137,7 @@ def tree(tmp_path: Path) -> tuple[Path, Path]:
             for s in range(6)]
     (results / "summary.json").write_text(json.dumps({"results": {"runs": runs}}))
     (results / "table.csv").write_text("seed,acc\n0,0.61\n1,0.64\n2,0.58\n3,0.66\n")
-    (results / "fits.json").write_text(json.dumps({"by_rho": FITS}))
+    (results / "fits.json").write_text(json.dumps({"by_rho": FITS, "settings": SETTINGS}))
     return claims_dir, tmp_path / "results"
 
 
@@ -219,6 +231,12 @@ def test_keyed_rows_and_log_ratio_equivalence(tree):
     assert "log(a / b)" in got["comparison"]
 
 
+def test_a_star_in_the_path_stands_for_each_key(tree):
+    got = _by_id(tree)["star-path"]
+    d = [r["teacher"] - r["student"] for v in SETTINGS.values() for r in v["rows"]]
+    assert got["n"] == 4 and got["mean_diff"] == pytest.approx(np.mean(d))
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -229,11 +247,13 @@ def test_keyed_rows_and_log_ratio_equivalence(tree):
          "nope.jsonl: no such stored results file"),
         (lambda c: c["claims"][0]["comparison"].update(pair_on=["seed"]),
          "two rows for seed=0"),
-        (lambda c: c["claims"][-1]["comparison"]["source"].update(path="by_rho.0.5"),
-         "source.key needs an object of row objects"),
-        (lambda c: c["claims"][-1]["comparison"]["source"].update(key="fit"),
+        (lambda c: c["claims"][-2]["comparison"]["source"].update(path="by_rho.0.5"),
+         "'fit' holds no row objects"),
+        (lambda c: c["claims"][-1]["comparison"]["source"].update(key=None),
+         "a * in source.path needs source.key"),
+        (lambda c: c["claims"][-2]["comparison"]["source"].update(key="fit"),
          "already has a column 'fit'"),
-        (lambda c: c["claims"][-1]["comparison"].update(kind="one_sample", b=None, against=1),
+        (lambda c: c["claims"][-2]["comparison"].update(kind="one_sample", b=None, against=1),
          "transform log_ratio needs arm b"),
     ],
 )
