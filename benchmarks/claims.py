@@ -566,7 +566,8 @@ def _evidence(comp: Comparison, out: Outcome) -> str:
 
 def describe(comp: Comparison, against: float | None) -> str:
     """One sentence saying what is compared, on which units."""
-    metric = f"{comp.metric} ({comp.direction} is better)"
+    better = "" if comp.kind == "equivalence" else f" ({comp.direction} is better)"
+    metric = f"{comp.metric}{better}"
     op = "log(a / b)" if comp.transform == "log_ratio" else "a - b"
     if comp.kind == "paired":
         head = f"paired {op}: a = {comp.a.label}, b = {comp.b.label}"  # type: ignore[union-attr]
