@@ -36,6 +36,10 @@ Schema of a claims file (strict: an unknown key is an error)::
                                           # each becomes a row with the parent's columns
             parse: {key: "(?P<method>[^/]+)/(?P<seed>[0-9]+)"}  # columns read out of a column
                                           # (regex named groups; numbers where they read so)
+            key: null                     # json only: `path` holds a * for an object's keys
+                                          # (synthetic.*.rows) or leads to an object of rows;
+                                          # each row gets its key in this column (a number
+                                          # where it reads as one)
             where: {fraction: [5.0, 10.0]}  # keep rows whose column equals the value
                                           # (a list: any of its values; to match a list
                                           # value, wrap it: [[a, b]])
@@ -47,7 +51,7 @@ Schema of a claims file (strict: an unknown key is an error)::
                                           # arm's value is |metric - truth|)
           pair_on: [dataset, family, fraction, seed]   # the columns naming a unit
           mean_over: []                   # columns averaged away inside a unit
-          transform: log_ratio            # difference (default) | log_ratio (paired only)
+          transform: log_ratio            # difference (default) | log_ratio (two arms only)
           against: null                   # one_sample / one-arm equivalence: the value
                                           # (default: the claim's numeric `paper`)
           margin: null                    # equivalence: the margin, stated before looking
@@ -138,6 +142,7 @@ class Source(_Strict):
     path: str | None = None
     unnest: str | None = None
     parse: dict[str, str] = Field(default_factory=dict)
+    key: str | None = None
     where: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("parse")
@@ -187,8 +192,8 @@ class Comparison(_Strict):
             raise ValueError("a one_sample comparison has arm a only (use `against`)")
         if self.kind == "equivalence" and self.margin is None:
             raise ValueError("an equivalence comparison needs its margin")
-        if self.transform == "log_ratio" and self.kind != "paired":
-            raise ValueError("transform log_ratio is for paired comparisons")
+        if self.transform == "log_ratio" and self.b is None:
+            raise ValueError("transform log_ratio needs arm b (paired or two-arm equivalence)")
         if set(self.pair_on) & set(self.mean_over):
             raise ValueError("a column cannot be in both pair_on and mean_over")
         return self
@@ -341,9 +346,43 @@ def unnest(rows: list[dict[str, Any]], column: str) -> list[dict[str, Any]]:
     return out
 
 
-def read_file(path: Path, fmt: str | None, doc_path: str | None) -> list[dict[str, Any]]:
-    """Rows of one JSONL, JSON or CSV file."""
+def keyed_rows(doc: Any, doc_path: str | None, key: str, path: Path) -> list[dict[str, Any]]:
+    """Rows stored under names, each with its name in column ``key``.
+
+    ``doc_path`` leads to an object whose values are rows (``e1``: ``{"0.2":
+    {...}, "0.5": {...}}``), or holds one ``*`` standing for that object's keys,
+    the rest of the path leading from each to a row or a list of rows
+    (``synthetic.*.rows``). A name that reads as a number becomes one
+    (``"0.5"`` -> ``0.5``), so that ``where`` and ``pair_on`` treat it like any
+    numeric column.
+    """
+    head, _, tail = (doc_path or "").partition("*")
+    head, tail = head.rstrip("."), tail.lstrip(".")
+    node = lookup(doc, head) if head else doc
+    if not isinstance(node, dict):
+        raise ClaimsError(f"{path}: source.key needs an object at `{head or '(top level)'}`")
+    rows = []
+    for name, entry in node.items():
+        found = lookup(entry, tail) if tail else entry
+        for row in found if isinstance(found, list) else [found]:
+            if not isinstance(row, dict):
+                raise ClaimsError(f"{path}: {name!r} holds no row objects (source.key)")
+            if key in row:
+                raise ClaimsError(f"{path}: a row under {name!r} already has a column {key!r} "
+                                  "(source.key)")
+            rows.append({key: _cell(name), **row})
+    return rows
+
+
+def read_file(
+    path: Path, fmt: str | None, doc_path: str | None, key: str | None = None
+) -> list[dict[str, Any]]:
+    """Rows of one JSONL, JSON or CSV file (``key``: JSON only, see :func:`keyed_rows`)."""
     kind = fmt or path.suffix.lstrip(".").lower()
+    if key is not None and kind != "json":
+        raise ClaimsError(f"{path}: source.key is for JSON files only")
+    if key is None and "*" in (doc_path or ""):
+        raise ClaimsError(f"{path}: a * in source.path needs source.key (the column for its keys)")
     try:
         text = path.read_text()
         if kind == "jsonl":
@@ -351,6 +390,8 @@ def read_file(path: Path, fmt: str | None, doc_path: str | None) -> list[dict[st
             return _dicts(rows, path, "a line")
         if kind == "json":
             doc = json.loads(text)
+            if key is not None:
+                return keyed_rows(doc, doc_path, key, path)
             node = lookup(doc, doc_path) if doc_path else doc
             return _dicts(node, path, f"`{doc_path}`" if doc_path else "the document")
         if kind == "csv":
@@ -389,7 +430,7 @@ class Rows:
         key = source.model_dump_json()
         if key not in self.cache:
             rows = [parsed(r, source.parse) for p in self._files(source.file) for r in
-                    read_file(p, source.format, source.path)]
+                    read_file(p, source.format, source.path, source.key)]
             if source.unnest:
                 rows = unnest(rows, source.unnest)
             self.cache[key] = [r for r in rows if matches(r, source.where)]
@@ -542,7 +583,7 @@ def evaluate(comp: Comparison, rows: Rows, seed: int, against: float | None = No
     if comp.kind == "equivalence":
         summary, decision = ps.equivalence(d, comp.margin, seed)  # type: ignore[arg-type]
         verdict = {"equivalent": HOLDS, "not equivalent": CONTRADICTED}.get(decision, INCONCLUSIVE)
-        notes.append(f"90 % interval against the margin ±{comp.margin}")  # TOST's interval
+        notes.append(f"90 % interval against the margin ±{_units(comp.margin, comp)}")  # TOST
     else:
         summary = ps.summarize(d, seed, one_sample=comp.b is None)
         verdict = {ps.A_BETTER: HOLDS, ps.B_BETTER: CONTRADICTED}.get(summary.verdict, INCONCLUSIVE)
@@ -598,15 +639,17 @@ def _evidence(comp: Comparison, out: Outcome) -> str:
 
 def describe(comp: Comparison, against: float | None) -> str:
     """One sentence saying what is compared, on which units."""
-    metric = f"{comp.metric} ({comp.direction} is better)"
+    better = "" if comp.kind == "equivalence" else f" ({comp.direction} is better)"
+    metric = f"{comp.metric}{better}"
     truths = {arm.abs_error_to for arm in (comp.a, comp.b) if arm and arm.abs_error_to}
     if truths:
         metric += f", as the absolute error against {', '.join(sorted(truths))}"
+    op = "log(a / b)" if comp.transform == "log_ratio" else "a - b"
     if comp.kind == "paired":
-        op = "log(a / b)" if comp.transform == "log_ratio" else "a - b"
         head = f"paired {op}: a = {comp.a.label}, b = {comp.b.label}"  # type: ignore[union-attr]
     elif comp.b is not None:
-        head = f"equivalence within ±{comp.margin}: {comp.a.label} - {comp.b.label}"
+        head = (f"equivalence within ±{comp.margin} of {op}: a = {comp.a.label}, "
+                f"b = {comp.b.label}")
     else:
         value = comp.against if comp.against is not None else against
         kind = f"equivalence within ±{comp.margin}" if comp.kind == "equivalence" else "one-sample"

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from scipy import stats
 
 pytest.importorskip("statsmodels")
 
@@ -107,8 +108,32 @@ CLAIMS = {
          "comparison": {"kind": "one_sample", "metric": "acc", "direction": "higher",
                         "against": 0.5, "source": {"file": "table.csv"},
                         "a": {"label": "probe"}, "pair_on": ["seed"]}},
+        {"id": "keyed-log-equivalence", "claim": "the fitted slopes are within 5 % of theory",
+         "comparison": {"kind": "equivalence", "metric": "fit", "direction": "higher",
+                        "transform": "log_ratio", "margin": 0.05,
+                        "source": {"file": "fits.json", "path": "by_rho", "key": "rho",
+                                   "where": {"rho": [0.5, 0.7, 0.9]}},
+                        "a": {"label": "fitted", "metric": "fit"},
+                        "b": {"label": "theory", "metric": "theory"},
+                        "pair_on": ["rho"]}},
+        {"id": "star-path", "claim": "the student beats the teacher in every setting",
+         "comparison": {"metric": "student", "direction": "lower",
+                        "source": {"file": "fits.json", "path": "settings.*.rows",
+                                   "key": "setting"},
+                        "a": {"label": "student", "metric": "student"},
+                        "b": {"label": "teacher", "metric": "teacher"},
+                        "pair_on": ["setting", "lam"]}},
     ],
 }
+
+#: Fitted slopes keyed by rho, as an experiment stores them: an object, not a list.
+FITS = {"0.5": {"fit": 1.36, "theory": 1.3333}, "0.7": {"fit": 1.95, "theory": 1.9608},
+        "0.9": {"fit": 5.20, "theory": 5.2632}, "0.95": {"fit": 9.0, "theory": 10.256}}
+#: Rows nested one level deeper, under one object per setting.
+SETTINGS = {"n=4": {"rows": [{"lam": 0.1, "student": 1.0, "teacher": 1.3},
+                             {"lam": 1.0, "student": 1.1, "teacher": 1.2}]},
+            "n=8": {"rows": [{"lam": 0.1, "student": 0.9, "teacher": 1.25},
+                             {"lam": 1.0, "student": 1.0, "teacher": 1.05}]}}
 
 
 @pytest.fixture
@@ -131,6 +156,7 @@ def tree(tmp_path: Path) -> tuple[Path, Path]:
               for s in range(3)]
     curves.append({"part": "onestep", "model": "m", "seed": 0, "result": {"ppl": 1.0}})
     (results / "curves.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curves))
+    (results / "fits.json").write_text(json.dumps({"by_rho": FITS, "settings": SETTINGS}))
     return claims_dir, tmp_path / "results"
 
 
@@ -224,6 +250,23 @@ def test_unnest_makes_a_row_of_each_listed_object_with_its_parents_columns(tree)
     # per seed, ppl(1 step) - ppl(2 steps) = 100 - 50; the onestep row (a dict) is left out
     assert got["n"] == 3 and got["mean_diff"] == pytest.approx(50.0)
     assert got["verdict"] == "holds"
+def test_keyed_rows_and_log_ratio_equivalence(tree):
+    got = _by_id(tree)["keyed-log-equivalence"]
+    rho = [0.5, 0.7, 0.9]  # the numeric keys are matched by `where`; 0.95 is left out
+    d = np.log([FITS[str(r)]["fit"] / FITS[str(r)]["theory"] for r in rho])
+    half = stats.t.ppf(0.95, 2) * d.std(ddof=1) / np.sqrt(3)  # TOST's 90 % t interval
+    assert got["n"] == 3 and got["mean_diff"] == pytest.approx(d.mean())
+    assert got["ci_low"] == pytest.approx(d.mean() - half)
+    assert got["ci_high"] == pytest.approx(d.mean() + half)
+    assert got["ours"] == pytest.approx(100 * np.expm1(d.mean()))
+    assert abs(d.mean()) + half < 0.05 and got["verdict"] == "holds"
+    assert "log(a / b)" in got["comparison"] and "is better" not in got["comparison"]
+
+
+def test_a_star_in_the_path_stands_for_each_key(tree):
+    got = _by_id(tree)["star-path"]
+    d = [r["teacher"] - r["student"] for v in SETTINGS.values() for r in v["rows"]]
+    assert got["n"] == 4 and got["mean_diff"] == pytest.approx(np.mean(d))
 
 
 @pytest.mark.parametrize(
@@ -236,6 +279,14 @@ def test_unnest_makes_a_row_of_each_listed_object_with_its_parents_columns(tree)
          "nope.jsonl: no such stored results file"),
         (lambda c: c["claims"][0]["comparison"].update(pair_on=["seed"]),
          "two rows for seed=0"),
+        (lambda c: c["claims"][-2]["comparison"]["source"].update(path="by_rho.0.5"),
+         "'fit' holds no row objects"),
+        (lambda c: c["claims"][-1]["comparison"]["source"].update(key=None),
+         "a * in source.path needs source.key"),
+        (lambda c: c["claims"][-2]["comparison"]["source"].update(key="fit"),
+         "already has a column 'fit'"),
+        (lambda c: c["claims"][-2]["comparison"].update(kind="one_sample", b=None, against=1),
+         "transform log_ratio needs arm b"),
     ],
 )
 def test_bad_input_is_one_line(tree, capsys, edit, message):
