@@ -49,3 +49,7 @@ html_theme = "furo"
 html_title = f"flowerbed {release}"
 html_static_path: list[str] = []
 html_show_sourcelink = False
+
+# autodoc imports the documented modules; Flower and Ray are mocked so the build stays light
+# (the API pages document flowerbed's own signatures and docstrings only).
+autodoc_mock_imports = ["flwr", "ray"]
