@@ -13,7 +13,7 @@ import flowerbed  # noqa: E402  (the checkout's package, found through the path 
 
 project = "flowerbed"
 author = "the flowerbed developers"
-copyright = "the flowerbed developers"  # noqa: A001 - Sphinx's name for it
+copyright = "the flowerbed developers"
 version = release = flowerbed.__version__
 
 extensions = [

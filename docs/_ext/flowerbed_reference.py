@@ -233,7 +233,7 @@ def attribute_docs(doc: str) -> dict[str, str]:
 
     ``a, b`` on one line documents both names with the indented text below.
     """
-    first, _, rest = doc.partition("\n")
+    _, _, rest = doc.partition("\n")
     lines = textwrap.dedent(rest).splitlines()
     out: dict[str, str] = {}
     names: list[str] = []
@@ -441,7 +441,9 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.Ar
     return []
 
 
-def _command(parser: argparse.ArgumentParser, prog: str, level: int, top: bool = False) -> list[str]:
+def _command(
+    parser: argparse.ArgumentParser, prog: str, level: int, top: bool = False
+) -> list[str]:
     """One command's section."""
     anchor = "ref-cli-" + "-".join(prog.split()[1:]) if not top else "ref-cli-flowerbed"
     usage = " ".join(parser.format_usage().split()).removeprefix("usage: ")
