@@ -44,6 +44,8 @@ BLOCK = re.compile(
 )
 #: Docstring roles (``:class:`X```) shown as plain code in Markdown.
 ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
+#: A command-line option in prose (``--set``), shown as code.
+OPTION = re.compile(r"(?<![\w`-])--[a-z][\w-]*")
 #: Page of each registry kind (``ref-<kind>.md``) and the anchor of one component.
 PAGE = "ref-{kind}"
 ANCHOR = "ref-{kind}-{name}"
@@ -260,7 +262,13 @@ def clean(text: str) -> str:
     text = " ".join(text.split()).replace("|", "\\|")
     # ``<name>`` outside code would be read as an HTML tag and vanish.
     parts = re.split(r"(`+[^`]*`+)", text)
-    return "".join(p if p.startswith("`") else p.replace("<", "\\<") for p in parts)
+    return "".join(p if p.startswith("`") else _plain_text(p) for p in parts)
+
+
+def _plain_text(text: str) -> str:
+    """Prose outside code: ``<`` escaped, ``--options`` as code (not turned into dashes)."""
+    text = text.replace("<", "\\<")
+    return OPTION.sub(lambda m: f"`{m.group(0)}`", text)
 
 
 def code(text: str) -> str:
@@ -387,7 +395,11 @@ def scenario_page() -> str:
                            clean(info.description or ""))
         else:
             row = field_row(field, info, _first_paragraph(info.annotation))
-            nested += [(field, m) for m in nested_models(info.annotation)]
+            models = nested_models(info.annotation)
+            nested += [(field, m) for m in models]
+            if models:
+                link = f"[block](#ref-scenario-{field})"
+                row = FieldRow(row.name, link, row.default, row.constraint, row.description)
         out.append(table([row])[-1])
     for field, model in nested:
         out += ["", f"(ref-scenario-{field})=", f"## `{field}`", ""]

@@ -209,15 +209,19 @@ class ScenarioBase(Params):
     output_dir: str = Field("runs", description="root folder of run folders")
     # Component fields; :func:`scenario_model` narrows each to the union of the
     # registered parameter models, discriminated by ``name``.
-    dataset: Params
-    partition: Params
-    model: Params | None = None
-    learner: Params
-    strategy: Params
-    baselines: list[Params] = []
+    dataset: Params = Field(description="where the rows come from")
+    partition: Params = Field(description="how the training rows are split over the clients")
+    model: Params | None = Field(
+        None, description="the network a weights learner trains (none for learners without one)"
+    )
+    learner: Params = Field(description="what runs on each client")
+    strategy: Params = Field(description="what runs on the server")
+    baselines: list[Params] = Field(
+        [], description="run beside the federation, on identical data and seeds"
+    )
     #: Where rows go besides ``metrics.jsonl`` (``jsonl``, always on: added
     #: when not listed, so the resolved scenario names every sink).
-    sinks: list[Params] = []
+    sinks: list[Params] = Field([], description="where rows go besides the run folder")
 
     @field_validator("engine", mode="before")
     @classmethod
