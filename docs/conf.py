@@ -45,6 +45,9 @@ copybutton_prompt_text = r"^\$ "
 copybutton_prompt_is_regexp = True
 copybutton_only_copy_prompt_lines = False
 
+# Curly quotes and ellipses, but ``--`` stays two hyphens: prose names command-line options.
+smartquotes_action = "qe"
+
 html_theme = "furo"
 html_title = f"flowerbed {release}"
 html_static_path: list[str] = []
