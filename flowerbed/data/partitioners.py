@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 from typing import Literal
 
@@ -258,7 +260,8 @@ def natural_id(
         )
     partitioner = NaturalIdPartitioner(partition_by="group")
     partitioner.dataset = HFDataset.from_dict({"group": groups, "row": np.arange(len(groups))})
-    rows = [partitioner.load_partition(pid)["row"] for pid in range(num_clients)]
+    with contextlib.redirect_stderr(io.StringIO()):  # flwr-datasets' tqdm bar, one per run
+        rows = [partitioner.load_partition(pid)["row"] for pid in range(num_clients)]
     mapping = partitioner.partition_id_to_natural_id  # filled by the first load
     by_id = {mapping[pid]: np.sort(np.asarray(r, dtype=np.int64)) for pid, r in enumerate(rows)}
     return Partition([by_id[i] for i in ids], domains=[f"id {i}" for i in ids])

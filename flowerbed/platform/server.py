@@ -32,7 +32,12 @@ log = logging.getLogger("flowerbed")
 
 
 def client_table(ctx: ServerContext) -> list[dict[str, Any]]:
-    """Per-client sizes and label histograms (written to ``clients.json``)."""
+    """Per-client sizes, label histograms and domains (written to ``clients.json``).
+
+    ``domain`` is the partition's description of the client: ``id hosp_A`` for
+    the natural id a ``natural_id`` partition gave it, a transform for a
+    domain-shift partition; absent when the partition describes none.
+    """
     data = ctx.data
     meta = data.dataset.meta
     dropped = dropped_rows(meta)
@@ -52,6 +57,8 @@ def client_table(ctx: ServerContext) -> list[dict[str, Any]]:
             ).tolist()
         if client.columns is not None:
             row["columns"] = client.columns.tolist()
+        if "domain" in client.extra:  # its natural id (site name...) or domain shift
+            row["domain"] = str(client.extra["domain"])
         if dropped is not None:  # a user table: how many of its rows ``missing:`` dropped
             row["dataset_dropped_rows"] = dropped
         if registry.name_of(attack) != "none":  # ``clients.attack``: who attacks
