@@ -21,7 +21,13 @@ from flowerbed.core.attacks import malicious_clients
 from flowerbed.core.checkpoints import Checkpoints
 from flowerbed.core.messages import Payload
 from flowerbed.core.records import CLIENTS_FILE, STATE_DIR_NAME, Recorder
-from flowerbed.core.scenario import Scenario, ScenarioError, load_scenario, validate_scenario
+from flowerbed.core.scenario import (
+    Scenario,
+    ScenarioError,
+    checkpoint_problems,
+    load_scenario,
+    validate_scenario,
+)
 from flowerbed.data.table_data import dropped_rows
 from flowerbed.platform.progress import RunClock, clock_of
 from flowerbed.platform.results import new_run_dir, versions
@@ -145,24 +151,20 @@ def _run_clock(recorder: Recorder) -> RunClock:
 
 
 def checked_strategy(scenario: Scenario) -> Strategy:
-    """The scenario's strategy; one that cannot checkpoint is refused when checkpoints are asked."""
+    """The scenario's strategy; one that cannot checkpoint is refused when checkpoints are asked.
+
+    Validation refuses it already from the strategy's class; the built
+    instance is what finally decides.
+    """
     strategy: Strategy = registry.build(
         "strategy", scenario.component("strategy"), scenario=scenario
     )
     if scenario.checkpoint.every and not strategy.checkpointing:
-        name = registry.name_of(scenario.component("strategy"))
-        from flowerbed.core.plugins import load_plugins
-
-        load_plugins()
-        able = [e.name for e in registry.entries("strategy")
-                if getattr(e.target, "checkpointing", False)]
-        raise ScenarioError(
-            [
-                f"checkpoint.every: strategy {name!r} does not save checkpoints "
-                f"(strategies that do: {', '.join(able)}); set checkpoint.every: 0"
-            ],
-            scenario.name,
-        )
+        problems = checkpoint_problems(scenario) or [
+            f"checkpoint.every: strategy {registry.name_of(scenario.strategy)!r} does not "
+            f"save checkpoints; set checkpoint.every: 0"
+        ]
+        raise ScenarioError(problems, scenario.name)
     return strategy
 
 
