@@ -285,7 +285,10 @@ def test_fqr_with_sgd_is_one_line_naming_both():
 
 @pytest.mark.parametrize("data", ["iris", "digits", {"name": "csv", "path": "t.csv",
                                                        "target": "y"}])
-def test_transformer_on_tabular_data_is_one_line_naming_both(data):
+def test_transformer_on_tabular_data_is_one_line_naming_both(data, tmp_path):
+    if isinstance(data, dict):  # validation checks that the table exists
+        (tmp_path / data["path"]).write_text("x,y\n1,0\n")
+        data = {**data, "path": str(tmp_path / data["path"])}
     found = problems(tiny_scenario(dataset=data, model="transformer", baselines=[]))
     assert len(found) == 1
     name = data if isinstance(data, str) else data["name"]

@@ -37,7 +37,7 @@ from test_hardening_lifecycle import finish, rows_of, start_cli, wait_for_row
 import flowerbed
 from flowerbed.clients.learner import Learner
 from flowerbed.core import registry
-from flowerbed.core.scenario import ScenarioError, validate_scenario
+from flowerbed.core.scenario import ScenarioError, from_dict, validate_scenario
 from flowerbed.platform.cli import main
 from flowerbed.platform.runner import RunError
 
@@ -252,3 +252,62 @@ def test_a_finished_run_with_an_unknown_summary_name_exits_0_with_a_warning(tmp_
     assert "test/accuracy" in line
     (summary,) = (tmp_path / "runs").glob("*/*/summary.json")
     assert json.loads(summary.read_text())["results"]["federated"]
+
+
+# --- 2. clients with nothing to evaluate; infeasible Dirichlet minimums ---------------------------
+
+#: A power-law size skew steep enough that the smallest of 4 clients holds 1 row (0 test rows).
+TINY_CLIENT = {"name": "quantity_skew", "law": "powerlaw", "exponent": 6.0, "min_size": 1}
+
+
+def test_a_client_without_local_test_rows_is_left_out_of_the_evaluation_and_counted(tmp_path):
+    """Before: Flower's FedAvg raised ``InconsistentMessageReplies`` and the run died."""
+    result = flowerbed.run(tiny_scenario(partition=TINY_CLIENT, baselines=[]),
+                           output_dir=tmp_path)
+    run_dir = result.run_dir
+    assert run_dir is not None
+    clients = json.loads((run_dir / "clients.json").read_text())
+    empty = [c["partition_id"] for c in clients if c["num_test"] == 0]
+    assert empty, clients  # the data gives a client nothing to evaluate
+    rows = rows_of(run_dir)
+    replies = [r for r in rows if r.get("event") == "replies" and r["phase"] == "evaluate"]
+    assert replies and all(r["empty_clients"] == empty for r in replies)
+    # The round's local_test/accuracy is the others' example-weighted mean (independent sum).
+    per_client = [json.loads(line) for line in
+                  (run_dir / "client_metrics.jsonl").read_text().splitlines()]
+    for r in (r for r in rows if r.get("phase") == "evaluate" and "event" not in r):
+        mine = [c for c in per_client if c["phase"] == "evaluate" and c["round"] == r["round"]]
+        assert {c["client"] for c in mine}.isdisjoint(empty)
+        total = sum(c["num_examples"] for c in mine)
+        mean = sum(c["metrics"]["accuracy"] * c["num_examples"] for c in mine) / total
+        assert r["evaluate/local_test/accuracy"] == pytest.approx(mean, rel=1e-6)
+
+
+def test_no_client_with_local_test_rows_skips_the_clients_evaluation():
+    """``local_test_fraction: 0`` with FedAvg: before, ``ZeroDivisionError`` in Flower."""
+    result = flowerbed.run(
+        tiny_scenario(clients={"local_test_fraction": 0.0}, baselines=[], rounds=1), save=False
+    )
+    assert "test/accuracy" in result.final("federated")
+    replies = [r for r in result.rows if r.get("event") == "replies" and r["phase"] == "evaluate"]
+    assert replies[0]["empty_clients"] == [0, 1, 2, 3]
+    assert not any("evaluate/local_test/accuracy" in r for r in result.rows)
+
+
+def test_an_infeasible_dirichlet_minimum_names_the_sizes_it_got():
+    """The error names the field, and the first draw's smallest clients (before: no sizes)."""
+    import re
+
+    from flowerbed.data.federated import federated_data
+    from flowerbed.data.partitioners import PartitionError
+
+    scenario = tiny_scenario(dataset="breast_cancer", num_clients=20,
+                             partition={"name": "dirichlet", "alpha": 0.5})
+    with pytest.raises(PartitionError) as info:
+        federated_data(from_dict(scenario))
+    text = str(info.value)
+    assert text.startswith("partition.min_partition_size=10 not met")
+    sizes = re.search(r"the first draw's smallest clients: (\d+), (\d+), (\d+) rows", text)
+    assert sizes is not None, text
+    smallest = [int(s) for s in sizes.groups()]
+    assert smallest == sorted(smallest) and smallest[0] < 10  # the draw that fell short

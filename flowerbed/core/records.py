@@ -223,6 +223,8 @@ class Recorder:
             row["dropped_clients"] = replies.dropped
             row["late_clients"] = replies.late
             row["virtual_time_s"] = round(replies.virtual_time, 4)
+        if replies.empty():  # nothing to count (no local test rows): left out of the average
+            row["empty_clients"] = replies.empty()
         if replies.missing:
             row["missing_clients"] = replies.missing
             log.warning(
