@@ -311,3 +311,59 @@ def test_an_infeasible_dirichlet_minimum_names_the_sizes_it_got():
     assert sizes is not None, text
     smallest = [int(s) for s in sizes.groups()]
     assert smallest == sorted(smallest) and smallest[0] < 10  # the draw that fell short
+
+
+# --- 7. trackers after a resume ----------------------------------------------------------------
+
+
+class _Killed(BaseException):
+    """Stands in for a kill: not an ``Exception``, so nothing records it as a failure."""
+
+
+def test_a_resumed_run_continues_its_mlflow_run_and_its_tensorboard_log(tmp_path, monkeypatch):
+    """Before: a second MLflow run of the same name (the first left behind), and round 3's
+    TensorBoard scalars twice (the killed half's and the resumed half's)."""
+    import mlflow
+    from tensorboard.backend.event_processing import event_accumulator
+
+    from flowerbed.core.records import Recorder
+    from flowerbed.platform.runner import resume
+
+    mlruns = tmp_path / "mlruns"
+    scenario = tiny_scenario(
+        rounds=4, baselines=[], checkpoint={"every": 1},
+        sinks=["tensorboard", {"name": "mlflow", "mlflow_uri": str(mlruns)}],
+    )
+    original = Recorder.metrics
+
+    def killed_in_round_3(self: Recorder, server_round: int, phase: str, values: Any) -> None:
+        original(self, server_round, phase, values)
+        if server_round == 3 and phase == "train":  # after round 2's checkpoint
+            raise _Killed
+
+    monkeypatch.setattr(Recorder, "metrics", killed_in_round_3)
+    with pytest.raises(_Killed):
+        flowerbed.run(scenario, output_dir=tmp_path / "runs")
+    monkeypatch.setattr(Recorder, "metrics", original)
+    (run_dir,) = (tmp_path / "runs").glob("*/*")
+    resume(run_dir)
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlruns.resolve().as_uri())
+    (run,) = mlflow.search_runs(experiment_names=["tiny"], output_format="list")
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["flowerbed.resumed_from_round"] == "2"
+    history = mlflow.MlflowClient().get_metric_history(run.info.run_id, ACCURACY)
+    assert sorted({m.step for m in history}) == [0, 1, 2, 3, 4]
+
+    acc = event_accumulator.EventAccumulator(
+        str(run_dir / "tensorboard"), size_guidance={event_accumulator.SCALARS: 0}
+    )
+    acc.Reload()
+    for tag in (ACCURACY, "train/train/loss"):
+        steps = [e.step for e in acc.Scalars(tag)]
+        assert sorted(steps) == sorted(set(steps)), (tag, steps)  # every round once
+    assert [e.step for e in acc.Scalars(ACCURACY)] == [0, 1, 2, 3, 4]
+
+
+ACCURACY = "server_eval/test/accuracy"

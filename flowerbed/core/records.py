@@ -118,6 +118,13 @@ def metric_name(phase: str, name: str) -> str:
     return f"{phase}/{name}" if "/" in name else f"{phase}/test/{name}"
 
 
+def _checkpoint_round(folder: Path | None) -> int | None:
+    """The round of a checkpoint folder (``round_000016`` -> 16); ``None`` for none."""
+    if folder is None:
+        return None
+    return int(folder.name.rsplit("_", 1)[-1])
+
+
 @dataclass
 class Recorder:
     """Receives everything a run produces and writes it to the run folder.
@@ -162,7 +169,10 @@ class Recorder:
             from flowerbed.core.sinks import SinkContext, open_sinks
 
             try:
-                self.sinks = open_sinks(SinkContext(self.scenario, self.run_dir, self.sweep))
+                resumed = _checkpoint_round(self.resume_from)
+                self.sinks = open_sinks(
+                    SinkContext(self.scenario, self.run_dir, self.sweep, resumed)
+                )
             except BaseException:
                 self.close()
                 raise

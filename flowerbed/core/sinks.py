@@ -63,11 +63,16 @@ class SinkContext:
         The run folder (sinks open only for runs that have one).
     sweep
         Name of the sweep the run is a point of; ``None`` for a single run.
+    resumed_round
+        For a run resumed with ``--resume``: the round of the checkpoint it
+        continues from (rows after it are computed again); ``None`` otherwise.
+        A sink continues the run's existing record instead of starting another.
     """
 
     scenario: Scenario
     run_dir: Path
     sweep: str | None = None
+    resumed_round: int | None = None
 
 
 class SinkUnavailableError(RuntimeError):
