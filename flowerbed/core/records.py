@@ -151,6 +151,8 @@ class Recorder:
     #: :func:`flowerbed.core.checkpoints.prepare_resume`); ``rows`` then holds
     #: the rows recorded before it.
     resume_from: Path | None = None
+    #: ``client_metrics.jsonl``'s rows of a run without a folder (kept in memory).
+    client_rows: list[dict[str, Any]] = field(default_factory=list)
     _handler: logging.Handler | None = None
 
     def start(self) -> None:
@@ -251,23 +253,21 @@ class Recorder:
         inflating the rows every listener sees. The client's metrics sit under
         ``metrics`` so a client metric named ``round`` cannot overwrite the row's.
         """
-        if self.run_dir is None:
-            return
-        lines = [
-            json.dumps(
-                {
-                    "round": server_round,
-                    "phase": message_type,
-                    "client": pid,
-                    "num_examples": p.num_examples,
-                    "metrics": p.metrics,
-                }
-            )
+        rows = [
+            {
+                "round": server_round,
+                "phase": message_type,
+                "client": pid,
+                "num_examples": p.num_examples,
+                "metrics": p.metrics,
+            }
             for pid, p in sorted(replies.ok.items())
             if p.metrics
         ]
-        if lines:
-            append_lines(self.run_dir / CLIENT_METRICS_FILE, lines)
+        if self.run_dir is None:
+            self.client_rows += rows  # a run kept in memory keeps them here
+        elif rows:
+            append_lines(self.run_dir / CLIENT_METRICS_FILE, [json.dumps(r) for r in rows])
 
     def event(self, name: str, **info: Any) -> None:
         """Record a notable event (connection, baseline start, error)."""

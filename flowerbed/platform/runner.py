@@ -533,7 +533,8 @@ def _execute(scenario: Scenario, recorder: Recorder, progress: bool, clock: RunC
             raise RunError(error, run_dir) from exc
         finally:
             recorder.close()
-    return Result(_final_timing(summary, clock, recorder, engine_s), recorder.rows, run_dir)
+    timed = _final_timing(summary, clock, recorder, engine_s)
+    return Result(timed, recorder.rows, run_dir, recorder.client_rows)
 
 
 def _resolve(

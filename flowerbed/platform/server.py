@@ -206,6 +206,8 @@ def _serve(grid: Grid, scenario: Scenario, recorder: Recorder) -> dict[str, Any]
         "versions": versions(),
         "run_dir": str(recorder.run_dir) if recorder.run_dir else None,
     }
+    if ctx.legend:
+        summary["legend"] = dict(ctx.legend)
     recorder.finish(summary)
     return summary
 
