@@ -163,11 +163,14 @@ def _columns(kind: str, frame: Any, params: TableParams) -> list[str]:
         list(params.features) if params.features is not None
         else [c for c in available if c not in skip]
     )
-    features = _numeric_features(kind, frame, features, params)
-    if not features:
+    numeric = _numeric_features(kind, frame, features, params)
+    if not numeric:
+        left = f" (left out as text: {', '.join(features)})" if features else ""
         raise DataSourceError(
-            f"{kind} dataset: {params.path} has no feature column besides target and group"
+            f"{kind} dataset: {params.path} has no numeric feature column besides target "
+            f"and group{left}"
         )
+    features = numeric
     for col in features:
         huge = _beyond_float32(frame, col)
         if huge.any():
