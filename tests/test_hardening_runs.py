@@ -367,3 +367,13 @@ def test_a_resumed_run_continues_its_mlflow_run_and_its_tensorboard_log(tmp_path
 
 
 ACCURACY = "server_eval/test/accuracy"
+
+
+def test_a_tracking_store_that_cannot_be_opened_names_the_sink(tmp_path):
+    """Before: ``run failed: FileNotFoundError: ... /proc/mlruns``, naming no field."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    sinks = [{"name": "mlflow", "mlflow_uri": str(blocker / "mlruns")}]
+    with pytest.raises(RunError) as info:
+        flowerbed.run(tiny_scenario(rounds=1, sinks=sinks), output_dir=tmp_path / "runs")
+    assert str(info.value).startswith("SinkOpenError: sinks[0] (mlflow): cannot open: ")

@@ -75,6 +75,10 @@ class SinkContext:
     resumed_round: int | None = None
 
 
+class SinkOpenError(RuntimeError):
+    """A sink that could not open its store (``sinks[0] (mlflow): cannot open: ...``)."""
+
+
 class SinkUnavailableError(RuntimeError):
     """A sink's package cannot be imported; the message is the one-line install hint."""
 
@@ -172,10 +176,17 @@ def open_sinks(ctx: SinkContext) -> list[Sink]:
 
     opened: list[Sink] = []
     try:
-        for spec in ctx.scenario.sinks:
+        for i, spec in enumerate(ctx.scenario.sinks):
             if name_of(spec) == JSONL:
                 continue
-            sink = registry.build("sink", spec, ctx=ctx)
+            try:
+                sink = registry.build("sink", spec, ctx=ctx)
+            except SinkUnavailableError:
+                raise
+            except Exception as exc:  # a store that cannot be opened: name the sink
+                raise SinkOpenError(
+                    f"sinks[{i}] ({name_of(spec)}): cannot open: {type(exc).__name__}: {exc}"
+                ) from exc
             if sink is not None:
                 opened.append(sink)
     except BaseException:
