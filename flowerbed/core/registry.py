@@ -102,10 +102,12 @@ def _marked(annotation: Any, value: Any) -> Any:
     (true, a boolean, false, a boolean, [64, true, a boolean])
     >>> _marked(bool, True), _marked(int | bool, True), _marked(Any, True), _marked(int, 3)
     (True, True, True, 3)
+    >>> _marked(float | Literal["auto"], True), _marked(int | Literal[True], True)
+    (true, a boolean, True)
     """
     members = _unwrapped(annotation)
     if isinstance(value, bool):
-        if any(m is bool or m is Any or get_origin(m) is Literal for m in members):
+        if any(m is bool or m is Any or value in _literal_values(m) for m in members):
             return value
         return BooleanGiven(value) if any(m in (int, float) for m in members) else value
     if isinstance(value, list | tuple):
@@ -113,6 +115,13 @@ def _marked(annotation: Any, value: Any) -> Any:
         if len(items) == 1 and items[0] is not None:
             return [_marked(items[0], v) for v in value]
     return value
+
+
+def _literal_values(annotation: Any) -> tuple[Any, ...]:
+    """The values of a ``Literal[...]`` (booleans kept apart from 0 and 1), else ``()``."""
+    if get_origin(annotation) is not Literal:
+        return ()
+    return tuple(v for v in get_args(annotation) if isinstance(v, bool))
 
 
 def _item_type(container: Any) -> Any:
