@@ -441,9 +441,11 @@ def validate_scenario(data: Any, source: str = "scenario") -> ScenarioBase:
 def capability_problems(scenario: ScenarioBase) -> list[str]:
     """One line per pair of components that cannot work together, naming both.
 
-    A strategy or baseline whose needs the learner does not meet, and a model
+    A strategy or baseline whose needs the learner does not meet, a model
     that cannot read the dataset's rows (both from declarations: see
-    :attr:`flowerbed.core.registry.Entry.requires`).
+    :attr:`flowerbed.core.registry.Entry.requires`), a learner that trains a
+    ``model:`` block the scenario lacks, and checkpoints asked of a strategy
+    that cannot save them.
     """
     found = []
     why = registry.missing_capability("strategy", scenario.strategy, scenario.learner)
@@ -457,7 +459,26 @@ def capability_problems(scenario: ScenarioBase) -> list[str]:
         why = registry.missing_data("model", scenario.model, scenario.dataset)
         if why:
             found.append(f"model: {why}")
-    return found
+    learner = registry.get("learner", registry.name_of(scenario.learner)).target
+    if scenario.model is None and getattr(learner, "needs_model", False):
+        name = registry.name_of(scenario.learner)
+        found.append(f"model: learner {name!r} needs a 'model:' block (e.g. model: mlp)")
+    return found + checkpoint_problems(scenario)
+
+
+def checkpoint_problems(scenario: ScenarioBase) -> list[str]:
+    """``checkpoint.every`` asked of a strategy that cannot save checkpoints (its class says)."""
+    def saves(target: Any) -> bool:
+        return bool(getattr(target, "checkpointing", False))
+
+    name = registry.name_of(scenario.strategy)
+    if not scenario.checkpoint.every or saves(registry.get("strategy", name).target):
+        return []
+    able = [e.name for e in registry.entries("strategy") if saves(e.target)]
+    return [
+        f"checkpoint.every: strategy {name!r} does not save checkpoints "
+        f"(strategies that do: {', '.join(able)}); set checkpoint.every: 0"
+    ]
 
 
 def component_problems(scenario: ScenarioBase) -> list[str]:

@@ -102,16 +102,16 @@ class Federation:
         messages = [
             Message(setup.to_record(), dst_node_id=n, message_type=keys.SETUP) for n in nodes
         ]
-        failures: list[str] = []
+        failures: dict[int, str] = {}
         for reply in self.grid.send_and_receive(messages, timeout=timeout):
             node = _sender(reply, messages)
             if reply.has_error():
-                failures.append(f"node {node}: {reply.error.reason}")
+                failures[node] = _short_reason(reply.error.reason or "")
                 continue
             pid = int(Payload.from_record(reply.content).config[keys.PARTITION_ID])
             self.node_of[pid], self.pid_of[node] = node, pid
         if failures:
-            raise RoundFailedError("client setup failed: " + "; ".join(failures))
+            raise RoundFailedError(setup_failure(failures, len(messages)))
         missing = set(range(self.scenario.num_clients)) - set(self.node_of)
         if missing:
             raise RoundFailedError(
@@ -258,6 +258,29 @@ def _sender(reply: Message, sent: Iterable[Message]) -> int:
         if msg.metadata.message_id == to:
             return int(msg.metadata.dst_node_id)
     return int(reply.metadata.src_node_id)
+
+
+def setup_failure(failures: Mapping[int, str], asked: int) -> str:
+    """One line for the nodes whose client could not be set up: each reason once, with its nodes.
+
+    Examples
+    --------
+    >>> setup_failure({1: "ValueError: no model", 2: "ValueError: no model"}, 2)
+    'client setup failed on 2 of 2 nodes: ValueError: no model'
+    >>> setup_failure({1: "A", 3: "B", 4: "A"}, 4)
+    'client setup failed on 3 of 4 nodes: A (nodes 1, 4); B (node 3)'
+    """
+    by_reason: dict[str, list[int]] = {}
+    for node, reason in sorted(failures.items()):
+        by_reason.setdefault(reason, []).append(node)
+    head = f"client setup failed on {len(failures)} of {asked} nodes: "
+    if len(by_reason) == 1 and len(failures) == asked:
+        return head + next(iter(by_reason))
+    parts = [
+        f"{reason} (node{'s' if len(nodes) > 1 else ''} {', '.join(map(str, nodes))})"
+        for reason, nodes in by_reason.items()
+    ]
+    return head + "; ".join(parts)
 
 
 _FLOWER_REASON = re.compile(r"<class '([^']*)'>:<'(.*)'>?", re.DOTALL)

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from flowerbed.platform.report.build import Report, build_report, write_report
+from flowerbed.platform.report.build import Report, ReportInputError, build_report, write_report
 from flowerbed.platform.report.plots import _pyplot
 from flowerbed.platform.report.tables import _pm
 
@@ -50,9 +50,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     try:
         report = build_report(args.path, args.metric, args.group_by)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ReportInputError) as exc:
         print(exc, file=sys.stderr)
         return 2
+    for problem in (p for run in report.runs for p in run.problems):
+        print(f"warning: {problem}", file=sys.stderr)
     if args.compare is not None:
         return cmd_compare(args, report)
     if args.reference is not None or args.better:
