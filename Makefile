@@ -14,3 +14,9 @@ test: setup
 lint: setup
 	.venv/bin/ruff check flowerbed tests benchmarks
 	.venv/bin/mypy flowerbed
+
+# The Docker deployment built and run offline, checked against plain processes
+# (docker/README.md). Exit 77: no Docker engine can be had on this machine.
+.PHONY: docker-test
+docker-test: setup
+	scripts/docker-test.sh
