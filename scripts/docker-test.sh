@@ -170,6 +170,8 @@ trap 'exit 130' INT TERM
 
 # --- 2. images ----------------------------------------------------------------
 
+disk_used() { du -sh --one-file-system "$1" 2>/dev/null | cut -f1; }
+
 free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 wait_port() {
@@ -203,6 +205,7 @@ build_images() {
   stop_pid "$SERVER_PID"
   SERVER_PID=""
   say "built $IMAGE: $("$DOCKER" image inspect -f '{{.Size}}' "$IMAGE" | awk '{printf "%.2f GB", $1 / 1e9}')"
+  say "disk: engine state $(disk_used "$WORK/engine"), cache $(disk_used "$FLOWERBED_DOCKER_CACHE")"
 }
 
 # --- 3. compose ---------------------------------------------------------------

@@ -30,9 +30,15 @@ SKIP_STATUS = 77
 
 def _image_requirements(*args: str) -> list[Requirement]:
     out = subprocess.run(
-        [sys.executable, str(ROOT / "docker/image_requirements.py"), str(ROOT / "pyproject.toml"),
-         *args],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            str(ROOT / "docker/image_requirements.py"),
+            str(ROOT / "pyproject.toml"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return [Requirement(line) for line in out.splitlines()]
 
@@ -86,7 +92,10 @@ def test_a_federated_run_needs_no_torchvision():
     scenario = tiny_scenario(num_clients=2, rounds=1, baselines=["centralized", "local_only"])
     out = subprocess.run(
         [sys.executable, "-c", _BLOCKED_RUN, json.dumps(scenario)],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     report = json.loads(out.stdout.splitlines()[-1])
@@ -100,7 +109,7 @@ def test_a_federated_run_needs_no_torchvision():
 
 def test_image_installs_the_torch_pin_or_the_given_spec():
     (torch,) = _image_requirements("torch")
-    assert torch == _pins()["torch"] or str(torch) == str(_pins()["torch"])
+    assert str(torch) == str(_pins()["torch"])
     (cpu,) = _image_requirements("torch", "torch==2.13.0")
     assert cpu.name == "torch" and cpu.specifier.contains("2.13.0+cpu")
 
@@ -142,7 +151,8 @@ def test_images_come_from_the_environment_with_flower_defaults():
     for name, service in services.items():
         assert service["environment"]["FLWR_TELEMETRY_ENABLED"] == "0", name
     # published on loopback unless SUPERLINK_BIND says otherwise
-    assert services["superlink"]["ports"] == ["${SUPERLINK_BIND:-127.0.0.1}:${SUPERLINK_PORT:-9091}:9091"]
+    published = "${SUPERLINK_BIND:-127.0.0.1}:${SUPERLINK_PORT:-9091}:9091"
+    assert services["superlink"]["ports"] == [published]
 
 
 def test_runs_overlay_mounts_the_host_folder_at_the_same_path():
@@ -174,7 +184,11 @@ def test_docker_deployment_matches_plain_processes():
     env = {**os.environ, "PYTHON": sys.executable}
     out = subprocess.run(
         ["bash", str(ROOT / "scripts/docker-test.sh")],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=1800,
     )
     text = out.stdout + out.stderr
     if out.returncode == SKIP_STATUS:
