@@ -41,6 +41,7 @@ SERVER_PID=""
 PLAIN_PID=""
 PROJECTS=()
 IMAGES=()
+BASE_TARBALL=base-bookworm-rootfs.tar.gz   # as scripts/docker-base.sh names it
 
 say() { printf 'docker-test [%3ds] %s\n' "$((SECONDS - START))" "$*"; }
 skip() { say "SKIP: $*"; exit "$SKIP"; }
@@ -102,21 +103,30 @@ start_dockerd() {
   skip "dockerd did not start (log above)"
 }
 
-ensure_engine() {
+# One apt-get call for what is missing: the engine, a compose, debootstrap (root only).
+install_missing() {
+  local want=()
   pick_client
-  if ! command -v dockerd >/dev/null && ! engine_up; then
-    can_install || skip "no Docker engine reachable and dockerd is not installed (needs root and apt-get to install docker.io)"
-    apt_install docker.io || skip "apt-get could not install docker.io"
-    pick_client
-  fi
+  command -v dockerd >/dev/null || engine_up || want+=(docker.io)
+  "$DOCKER" compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null \
+    || want+=(docker-compose)
+  command -v debootstrap >/dev/null || [ -f "$FLOWERBED_DOCKER_CACHE/$BASE_TARBALL" ] \
+    || want+=(debootstrap)
+  [ "${#want[@]}" = 0 ] || ! can_install || apt_install "${want[@]}" \
+    || skip "apt-get could not install ${want[*]}"
+  pick_client
+}
+
+ensure_engine() {
   if engine_up; then
     say "using the running Docker engine ($("$DOCKER" version -f '{{.Server.Version}}'))"
-  else
-    command -v dockerd >/dev/null || skip "no Docker engine reachable"
-    [ "$(id -u)" = 0 ] || skip "no Docker engine reachable and starting dockerd needs root"
-    start_dockerd
-    say "dockerd $("$DOCKER" version -f '{{.Server.Version}}') up (pid $DOCKERD_PID)"
+    return 0
   fi
+  command -v dockerd >/dev/null \
+    || skip "no Docker engine reachable and dockerd is not installed (root and apt-get install docker.io)"
+  [ "$(id -u)" = 0 ] || skip "no Docker engine reachable and starting dockerd needs root"
+  start_dockerd
+  say "dockerd $("$DOCKER" version -f '{{.Server.Version}}') up (pid $DOCKERD_PID)"
 }
 
 ensure_compose() {
@@ -125,7 +135,7 @@ ensure_compose() {
   elif "$DOCKER" compose version >/dev/null 2>&1; then
     COMPOSE_CMD=("$DOCKER" compose)
   else
-    command -v docker-compose >/dev/null || { can_install && apt_install docker-compose; } \
+    command -v docker-compose >/dev/null \
       || skip "neither \`docker compose\` nor docker-compose is available"
     COMPOSE_CMD=(docker-compose)
   fi
@@ -145,7 +155,9 @@ stop_pid() {
 teardown() {
   local status=$?
   set +e
+  [ -z "$PLAIN_PID" ] || pkill -TERM -P "$PLAIN_PID"  # its `timeout flowerbed run`
   stop_pid "$PLAIN_PID"
+  [ -f "$WORK/plain.pid" ] && stop_pid "$(cat "$WORK/plain.pid")"
   stop_pid "$SERVER_PID"
   for p in "${PROJECTS[@]}"; do compose_down "$p"; done
   for image in "${IMAGES[@]}"; do "$DOCKER" image rm -f "$image" >/dev/null 2>&1; done
@@ -183,8 +195,8 @@ wait_port() {
 }
 
 build_images() {
-  command -v debootstrap >/dev/null || [ -f "$FLOWERBED_DOCKER_CACHE/base-bookworm-rootfs.tar.gz" ] \
-    || { can_install && apt_install debootstrap; } || skip "debootstrap is not installed"
+  command -v debootstrap >/dev/null || [ -f "$FLOWERBED_DOCKER_CACHE/$BASE_TARBALL" ] \
+    || skip "debootstrap is not installed (root and apt-get install debootstrap)"
   DOCKER="$DOCKER" scripts/docker-base.sh "$BASE" | sed 's/^/  /'
   IMAGES+=("$BASE")
   TORCH_SPEC="$TORCH_SPEC" PYTHON="$PY" scripts/docker-wheels.sh "$FLOWERBED_DOCKER_CACHE/wheels" \
@@ -283,18 +295,22 @@ run_docker() {
 
 # --- 4. plain processes and the comparison ------------------------------------
 
+# The quickstart on plain processes, in its own FLWR_HOME; run in the background while
+# the images build (it needs no engine), its deploy-local pid in $WORK/plain.pid.
 run_plain() {
+  local deploy
+  FLWR_HOME="$WORK/flwr-home-plain"
   "$BIN/flowerbed" deploy local --nodes 2 --connection plain --flwr-home "$FLWR_HOME" \
     --state-dir "$WORK/plain-state" >"$WORK/plain.deploy.log" 2>&1 &
-  PLAIN_PID=$!
+  deploy=$!
+  echo "$deploy" >"$WORK/plain.pid"
   for _ in $(seq 240); do
     grep -q "written to" "$WORK/plain.deploy.log" && break
-    kill -0 "$PLAIN_PID" 2>/dev/null || { cat "$WORK/plain.deploy.log"; fail "deploy local"; }
+    kill -0 "$deploy" 2>/dev/null || { cat "$WORK/plain.deploy.log"; fail "deploy local"; }
     sleep 0.5
   done
   quickstart plain "$WORK/runs-plain"
-  stop_pid "$PLAIN_PID"
-  PLAIN_PID=""
+  stop_pid "$deploy"
 }
 
 check() {
@@ -342,10 +358,14 @@ PYEOF
 
 [ -x "$PY" ] || fail "no Python at $PY (run scripts/setup.sh, or set PYTHON)"
 export FLWR_HOME="$WORK/flwr-home" FLWR_TELEMETRY_ENABLED=0
+install_missing
 ensure_engine
 ensure_compose
+run_plain &
+PLAIN_PID=$!
 build_images
 run_docker
-run_plain
+wait "$PLAIN_PID" || fail "the quickstart on plain processes (logs in $WORK)"
+PLAIN_PID=""
 check
 say "PASS"

@@ -191,6 +191,7 @@ def test_docker_deployment_matches_plain_processes():
         timeout=1800,
     )
     text = out.stdout + out.stderr
+    print(text)  # the script's timings and disk use (shown with -s or -rP)
     if out.returncode == SKIP_STATUS:
         reason = [line for line in text.splitlines() if "SKIP:" in line]
         pytest.skip(reason[-1].split("SKIP:", 1)[1].strip() if reason else "no Docker engine")
