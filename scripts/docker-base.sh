@@ -40,7 +40,7 @@ make_rootfs() {
   [ "$(id -u)" = 0 ] || { echo "docker-base: debootstrap needs root" >&2; exit 1; }
   command -v debootstrap >/dev/null || { echo "docker-base: debootstrap is not installed (apt-get install debootstrap)" >&2; exit 1; }
   local mirror
-  ROOTFS=$(mktemp -d "${TMPDIR:-/tmp}/flowerbed-rootfs.XXXXXX")
+  ROOTFS=$(mktemp -d -t flowerbed-rootfs.XXXXXX)
   trap 'remove_tree "$ROOTFS"; rm -f "$ROOTFS.log"' EXIT
   local rootfs="$ROOTFS"
   mirror="${DEBIAN_MIRROR:-$(host_mirror)}"

@@ -30,7 +30,7 @@ TORCH_SPEC="${TORCH_SPEC-torch==2.13.0}"
 export FLOWERBED_DOCKER_CACHE="${FLOWERBED_DOCKER_CACHE:-$ROOT/.flowerbed-cache/docker}"
 SKIP=77
 START=$SECONDS
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/fbdock.XXXXXX")
+WORK=$(mktemp -d -t fbdock.XXXXXX)
 WORK=$(realpath "$WORK")
 TAG="fbtest$$"
 IMAGE="flowerbed-superexec:$TAG"
