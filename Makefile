@@ -20,3 +20,9 @@ lint: setup
 docs: setup
 	.venv/bin/python -m sphinx -W --keep-going -b html -q docs docs/_build/html
 	.venv/bin/python scripts/check_doc_links.py docs/_build/html
+
+# The Docker deployment built and run offline, checked against plain processes
+# (docker/README.md). Exit 77: no Docker engine can be had on this machine.
+.PHONY: docker-test
+docker-test: setup
+	scripts/docker-test.sh
