@@ -129,17 +129,45 @@ ensure_engine() {
   say "dockerd $("$DOCKER" version -f '{{.Server.Version}}') up (pid $DOCKERD_PID)"
 }
 
+# A compose that answers `version`. Debian's docker-compose is a Python program: run
+# from inside a virtual environment (PYTHONPATH, PYTHONHOME, a venv's site-packages)
+# it can import that environment's requests and fail on Debian's OpenSSL, so it is
+# also tried with those variables unset and its interpreter in isolated mode (-I).
 ensure_compose() {
+  local script interp
   if [ -n "${COMPOSE:-}" ]; then
     read -r -a COMPOSE_CMD <<<"$COMPOSE"
-  elif "$DOCKER" compose version >/dev/null 2>&1; then
-    COMPOSE_CMD=("$DOCKER" compose)
+    compose_works || fail "COMPOSE=$COMPOSE does not answer 'version': $COMPOSE_ERR"
   else
-    command -v docker-compose >/dev/null \
-      || skip "neither \`docker compose\` nor docker-compose is available"
-    COMPOSE_CMD=(docker-compose)
+    COMPOSE_CMD=("$DOCKER" compose)
+    if ! compose_works; then
+      script=$(command -v docker-compose) \
+        || skip "neither \`docker compose\` nor docker-compose is available"
+      COMPOSE_CMD=("$script")
+      compose_works || COMPOSE_CMD=(env -u PYTHONPATH -u PYTHONHOME -u PYTHONUSERBASE
+        -u PYTHONSTARTUP -u VIRTUAL_ENV "$script")
+      if ! compose_works; then
+        for interp in "$(sed -n '1s/^#! *\([^ ]*\).*/\1/p' "$script")" /usr/bin/python3.[0-9]*; do
+          [ -x "$interp" ] || continue
+          COMPOSE_CMD=(env -u PYTHONPATH -u PYTHONHOME -u PYTHONUSERBASE -u PYTHONSTARTUP
+            -u VIRTUAL_ENV "$interp" -I "$script")
+          compose_works && break
+        done
+        compose_works || skip "docker-compose is installed but does not run here: $COMPOSE_ERR"
+      fi
+    fi
   fi
-  say "compose: ${COMPOSE_CMD[*]} ($("${COMPOSE_CMD[@]}" version --short 2>/dev/null || echo '?'))"
+  say "compose: ${COMPOSE_CMD[*]} ($("${COMPOSE_CMD[@]}" version --short 2>/dev/null))"
+}
+
+# True when COMPOSE_CMD answers `version`; else COMPOSE_ERR holds its last line.
+compose_works() {
+  local out
+  if out=$("${COMPOSE_CMD[@]}" version --short 2>&1); then
+    return 0
+  fi
+  COMPOSE_ERR=$(printf '%s\n' "$out" | tail -n 1)
+  return 1
 }
 
 # --- teardown -----------------------------------------------------------------
