@@ -204,7 +204,7 @@ def test_csv_and_parquet_tables(tmp_path):
     frame.to_csv(tmp_path / "t.csv", index=False)
     frame.to_parquet(tmp_path / "t.parquet")
     for kind, file in [("csv", "t.csv"), ("parquet", "t.parquet")]:
-        with pytest.raises(DataSourceError, match="column 'note' .* is not numeric"):
+        with pytest.raises(DataSourceError, match=r"column 'note' .* is not numeric"):
             build_dataset(kind, path=str(tmp_path / file), target="label", group="site")
         data = build_dataset(kind, path=str(tmp_path / file), target="label", group="site",
                              standardize=False, drop_non_numeric=True)
