@@ -5,9 +5,10 @@ the same numbers, ``tests/test_engines.py``) at its own settings, or at the
 reduced settings its header documents in one comment line::
 
     # test run: rounds=2 dataset.n_train=300
+    #   'learner.budgets=[4, 8]'
 
-(``--set`` overrides, separated by spaces; a value with spaces is quoted as
-YAML would need it, e.g. ``'learner.budgets=[4, 8]'``). The run must finish
+(``--set`` overrides separated by spaces, continued on comment lines indented
+by three spaces; a value with spaces is quoted, as a shell would need it). The run must finish
 and produce every metric its ``metrics.summary`` names. A scenario needing an
 optional package or a local artefact that is not installed here is skipped
 with the install hint. The runs are ``slow``; the header lines are checked
@@ -37,9 +38,15 @@ UNAVAILABLE = ("pip install", "is not available", "MissingExtraError", "no such 
 
 def test_run_overrides(path: Path) -> list[str]:
     """The ``# test run:`` overrides of a scenario file (none: its own settings)."""
-    for line in path.read_text().splitlines():
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
         if line.startswith(MARKER):
-            return shlex.split(line.removeprefix(MARKER))
+            text = [line.removeprefix(MARKER)]
+            for more in lines[i + 1 :]:
+                if not more.startswith("#   "):
+                    break
+                text.append(more[1:])
+            return shlex.split(" ".join(text))
     return []
 
 
