@@ -328,3 +328,40 @@ def _headroom(ax: Any, values: Sequence[float]) -> None:
     lo, hi = ax.get_ylim()
     pad = 0.06 * ((max(hi, *finite) - min(lo, *finite)) or 1.0)
     ax.set_ylim(min(lo, min(finite) - pad) if min(finite) < 0 else lo, max(hi, max(finite) + pad))
+
+
+#: Forest-plot colour of each verdict.
+VERDICT_COLOURS = {"a better": "C2", "b better": "C3", "no difference shown": "C7"}
+
+
+def plot_forest(entries: Sequence[dict[str, Any]], field: str, metric: str, path: Path) -> bool:
+    """One row per comparison: mean paired difference (positive = a better) ± its 95 % CI.
+
+    A vertical line marks 0; a row's colour is its verdict. ``entries`` are
+    :func:`~flowerbed.platform.report.compare.comparisons`' entries of one metric.
+    """
+    plt = _pyplot()
+    if plt is None or not entries:
+        return False
+    fig, ax = plt.subplots(figsize=(7.0, 1.2 + 0.42 * len(entries)))
+    for i, e in enumerate(reversed(entries)):
+        low, high = e["mean_diff"] - e["ci_low"], e["ci_high"] - e["mean_diff"]
+        ax.errorbar(e["mean_diff"], i, xerr=[[low], [high]], fmt="o", capsize=4,
+                    color=VERDICT_COLOURS.get(e["verdict"], "C0"))
+    ax.set_yticks(range(len(entries)))
+    ax.set_yticklabels([f"{e['a']} vs {e['b']} (n={e['n']})" for e in reversed(entries)],
+                       fontsize=8)
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    way = entries[0]["direction"]
+    diff = "a - b" if way == "higher" else "b - a"
+    ax.set_xlabel(f"{diff} in {metric} ({way} is better; right of 0: a better)", fontsize=9)
+    ax.set_title(f"paired comparisons of {field}: mean difference and 95 % CI", fontsize=10)
+    handles = [plt.Line2D([], [], color=c, marker="o", linestyle="", label=v)
+               for v, c in VERDICT_COLOURS.items()
+               if any(e["verdict"] == v for e in entries)]
+    ax.legend(handles=handles, fontsize=8, loc="best")
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
