@@ -79,7 +79,9 @@ ASKED = os.environ.get("FLOWERBED_SCENARIO_RUNS", "0") == "1"
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not ASKED, reason="scenario runs are asked for with FLOWERBED_SCENARIO_RUNS=1 (make test-scenarios)")
+@pytest.mark.skipif(
+    not ASKED, reason="scenario runs are asked for: FLOWERBED_SCENARIO_RUNS=1 (make test-scenarios)"
+)
 @pytest.mark.parametrize("path", SCENARIOS, ids=_id)
 def test_every_shipped_scenario_runs(path):
     overrides = ["engine=inline", *test_run_overrides(path)]
