@@ -39,7 +39,17 @@ log = logging.getLogger(__name__)
 
 
 class IndexedLinkState(InMemoryLinkState):
-    """``InMemoryLinkState`` with a per-destination index of undelivered messages."""
+    """``InMemoryLinkState`` with a per-destination index of undelivered messages.
+
+    ``deliver_all`` hands out every undelivered message of a node at once,
+    whatever ``limit`` the caller gives. Flower's delivery loop asks each node
+    for one message per 0.1 s sweep, which is right for one node per client;
+    the worker nodes of virtual clients (:mod:`flowerbed.core.population`)
+    each carry many clients' messages per round, all runnable at once.
+    """
+
+    #: Ignore ``limit``: a node's every undelivered message per call.
+    deliver_all = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -65,6 +75,8 @@ class IndexedLinkState(InMemoryLinkState):
         """Undelivered messages for ``node_id`` (at most ``limit``), marked delivered."""
         if limit is not None and limit < 1:
             raise AssertionError("`limit` must be >= 1")
+        if self.deliver_all:
+            limit = None
         found: list[Message] = []
         with self.lock:
             pending = self._pending.get(node_id)
@@ -99,15 +111,20 @@ class IndexedLinkState(InMemoryLinkState):
 class IndexedLinkStateFactory(LinkStateFactory):
     """A ``LinkStateFactory`` whose in-memory state is an :class:`IndexedLinkState`."""
 
+    #: The state's :attr:`IndexedLinkState.deliver_all`.
+    deliver_all = False
+
     def state(self) -> Any:
         """The one state instance (created on first use), as Flower's factory does."""
         if self.state_instance is not None or self.database != FLWR_IN_MEMORY_DB_NAME:
             return super().state()
         with self._state_lock:
             if self.state_instance is None:
-                self.state_instance = IndexedLinkState(
+                state = IndexedLinkState(
                     self.federation_manager, self.objectstore_factory.store()
                 )
+                state.deliver_all = self.deliver_all
+                self.state_instance = state
             return self.state_instance
 
 
@@ -145,13 +162,20 @@ def simulation_state(
     return grid, nodes
 
 
+class DeliverAllLinkStateFactory(IndexedLinkStateFactory):
+    """:class:`IndexedLinkStateFactory` whose state hands out a node's every message at once."""
+
+    deliver_all = True
+
+
 @contextlib.contextmanager
-def indexed_link_state() -> Iterator[None]:
+def indexed_link_state(deliver_all: bool = False) -> Iterator[None]:
     """Make ``flwr.simulation.run_simulation`` use :class:`IndexedLinkState` inside the block.
 
     Flower builds its LinkState factory inside ``run_simulation`` from a name
     in that module, which is the one hook it offers. If a Flower release moves
-    it, the stock state is used and a warning says so.
+    it, the stock state is used and a warning says so (with ``deliver_all``,
+    virtual clients then run one message per worker node and 0.1 s).
     """
     # ``flwr.simulation.run_simulation`` is also the name of the function it defines.
     module = importlib.import_module("flwr.simulation.run_simulation")
@@ -163,7 +187,10 @@ def indexed_link_state() -> Iterator[None]:
         )
         yield
         return
-    module.LinkStateFactory = IndexedLinkStateFactory  # type: ignore[attr-defined]
+    factory: type[IndexedLinkStateFactory] = IndexedLinkStateFactory
+    if deliver_all:
+        factory = DeliverAllLinkStateFactory
+    module.LinkStateFactory = factory  # type: ignore[attr-defined]
     try:
         yield
     finally:
