@@ -32,19 +32,21 @@ from flowerbed.strategies.federation import Federation, RoundFailedError
 log = logging.getLogger("flowerbed")
 
 
-#: Virtual clients: ``clients.json`` lists at most this many (the first partition ids).
-CLIENT_TABLE_LIMIT = AUTO_VIRTUAL_ABOVE
+#: ``clients.json`` of a virtual population above ``AUTO_VIRTUAL_ABOVE``: the first this many.
+CLIENT_TABLE_LIMIT = 100
 
 
 def listed_clients(scenario: Scenario) -> int:
-    """How many clients ``clients.json`` lists: all, or the first few of a virtual population.
+    """How many clients ``clients.json`` lists: all, or the first few of a large virtual population.
 
     Listing every client of a million would build every client's data, the
-    very cost virtual clients avoid.
+    very cost virtual clients avoid; populations up to ``AUTO_VIRTUAL_ABOVE``
+    are listed whole in either mode.
     """
-    if virtual_clients(scenario):
-        return min(scenario.num_clients, CLIENT_TABLE_LIMIT)
-    return scenario.num_clients
+    n = scenario.num_clients
+    if virtual_clients(scenario) and n > AUTO_VIRTUAL_ABOVE:
+        return CLIENT_TABLE_LIMIT
+    return n
 
 
 def client_table(ctx: ServerContext) -> list[dict[str, Any]]:
