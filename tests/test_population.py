@@ -117,7 +117,7 @@ def test_auto_picks_virtual_clients_above_1000_and_deployment_refuses_them() -> 
     large = from_dict(population_scenario(1001, "inline", "auto"))
     assert not virtual_clients(small) and flower_nodes(small) == 1000
     assert virtual_clients(large) and flower_nodes(large) == 1
-    with pytest.raises(ScenarioError, match="engine.clients=virtual"):
+    with pytest.raises(ScenarioError, match=r"engine\.clients=virtual"):
         from_dict(population_scenario(10, "deployment", "virtual"))
 
 
@@ -276,7 +276,7 @@ def test_synthetic_fedprox_sizes_are_floor_exp_plus_min_size() -> None:
 def test_a_device_dataset_needs_partition_devices() -> None:
     scenario = population_scenario(10, "inline", "auto")
     scenario["dataset"] = {"name": "synthetic_fedprox"}
-    with pytest.raises(ScenarioError, match="partition: {name: devices}"):
+    with pytest.raises(ScenarioError, match=r"partition: \{name: devices\}"):
         from_dict(scenario)
 
 

@@ -239,12 +239,13 @@ def simulation_engine(scenario: Scenario) -> Iterator[None]:
     The call is also made stoppable (:func:`stoppable_simulation`): however
     it ends, nothing is left waiting or running afterwards.
     """
-    from flowerbed.platform.linkstate import indexed_link_state
+    from flowerbed.platform.linkstate import indexed_link_state, prompt_delivery
 
     with (
         quiet_flower(),
         worker_threads(scenario.engine.client_resources.num_cpus),
         indexed_link_state(deliver_all=virtual_clients(scenario)),
+        prompt_delivery(),
         stoppable_simulation(),
         clients_backend(scenario),
     ):
