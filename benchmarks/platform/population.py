@@ -25,7 +25,7 @@ arm.
 
 Run ``python benchmarks/platform/population.py`` (full, about 40 minutes on two
 cores) or ``--quick`` (10^3 and 10^4 clients, fewer rounds). ``--parts``
-picks parts; results go to ``results/platform/population[_quick].json``.
+picks parts; results go to ``results/platform/population[_<parts>][_quick].json``.
 """
 
 from __future__ import annotations
@@ -132,12 +132,14 @@ def export(scenario: str, sets: list[str], path: Path) -> dict[str, Any]:
     }
 
 
-def raw_arm(data: Path, settings: dict[str, Any], num_cpus: float = 1.0) -> dict[str, Any]:
-    """One hand-written Flower process on the exported data."""
+def raw_arm(data: Path, settings: dict[str, Any], ray_num_cpus: int | None = None
+            ) -> dict[str, Any]:
+    """One hand-written Flower process on the exported data (one CPU per client)."""
     cmd = [sys.executable, str(BENCH / "raw_flower_e2e.py"), str(data),
            "--rounds", str(settings["rounds"]), "--fraction", str(settings["fraction"]),
-           "--eval-every", str(settings["eval_every"]), "--num-cpus", str(num_cpus),
-           *settings["flags"]]
+           "--eval-every", str(settings["eval_every"]), *settings["flags"]]
+    if ray_num_cpus:
+        cmd += ["--ray-num-cpus", str(ray_num_cpus)]
     res = run_tree(cmd)
     marks = [line.split() for line in res.pop("output").splitlines()
              if line.startswith("raw-round ")]
@@ -214,20 +216,25 @@ def floor_part(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], lis
 
 
 def blazefl(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[Check]]:
-    """BlazeFL's CNN workload at 1 and 2 clients in parallel; a rerun compared bit for bit."""
-    rounds = 2 if args.quick else 5
+    """BlazeFL's CNN workload at 1 and 2 clients in parallel; a rerun compared bit for bit.
+
+    P clients run at once on P of the two cores, one torch thread each
+    (``engine.ray_num_cpus`` = P; BlazeFL's Flower case gives a client all
+    CPUs over P instead, but two threads per client on this shared two-core
+    machine made LeNet's steps 4.5 times slower, not faster).
+    """
+    rounds = args.blazefl_rounds
     base = [f"rounds={rounds}", f"checkpoint.every={rounds}"]
     data = out / "blazefl.npz"
     settings = export("blazefl_cnn", [f"rounds={rounds}"], data)
     res: dict[str, Any] = {"rounds": rounds, "flowerbed": {}, "raw_flower": {}}
     for parallel in (1, 2):
-        cpus = 2 / parallel
-        sets = [*base, f"engine.client_resources.num_cpus={cpus}"]
+        sets = [*base, f"engine.ray_num_cpus={parallel}"]
         res["flowerbed"][parallel] = flowerbed_arm("blazefl_cnn", sets, out)
-        res["raw_flower"][parallel] = raw_arm(data, settings, num_cpus=cpus)
+        res["raw_flower"][parallel] = raw_arm(data, settings, ray_num_cpus=parallel)
         print(f"blazefl P={parallel}: flowerbed {res['flowerbed'][parallel]['wall_s']:.1f} s, "
               f"raw {res['raw_flower'][parallel]['wall_s']:.1f} s", flush=True)
-    rerun = flowerbed_arm("blazefl_cnn", [*base, "engine.client_resources.num_cpus=1.0"], out)
+    rerun = flowerbed_arm("blazefl_cnn", [*base, "engine.ray_num_cpus=2"], out)
     res["rerun_P2"] = rerun
     res["bitwise_equal"] = same_run(res["flowerbed"][2]["run_dir"], rerun["run_dir"], rounds)
     print(f"blazefl rerun at P=2 bit for bit equal: {res['bitwise_equal']}", flush=True)
@@ -341,10 +348,13 @@ def main() -> int:
                         choices=["synthetic", "fmnist"])
     parser.add_argument("--rounds", type=int, default=None, help="population rounds (20)")
     parser.add_argument("--pfl-rounds", type=int, default=None, help="pfl_cifar rounds (10)")
+    parser.add_argument("--blazefl-rounds", type=int, default=None,
+                        help="blazefl_cnn rounds (its 5)")
     args = parser.parse_args()
     args.sizes = args.sizes or ([1000, 10_000] if args.quick else [10**3, 10**4, 10**5, 10**6])
     args.rounds = args.rounds or (5 if args.quick else 20)
     args.pfl_rounds = args.pfl_rounds or (3 if args.quick else 10)
+    args.blazefl_rounds = args.blazefl_rounds or (2 if args.quick else 5)
     results: dict[str, Any] = {}
     checks: list[Check] = []
     with tempfile.TemporaryDirectory(prefix="fb-population-") as tmp:
@@ -355,7 +365,8 @@ def main() -> int:
             _drop_run_dirs(part)
     tables(results)
     print_checks(checks)
-    save("population", args.quick, {"results": results}, checks)
+    name = "population" if set(args.parts) == set(PARTS) else "_".join(["population", *args.parts])
+    save(name, args.quick, {"results": results}, checks)
     return 0
 
 
