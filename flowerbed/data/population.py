@@ -210,9 +210,41 @@ def population_data(scenario: Scenario) -> LazyFederatedData:
     return _CACHE[key]
 
 
+def shared_pool(scenario: Scenario) -> Dataset:
+    """The scenario's dataset, through the artefact cache when it is a plain shared pool.
+
+    Every process of a run needs the pool the clients draw from; the first
+    writes it to the cache (:mod:`flowerbed.data.federated_cache`, with an
+    empty partition) and the others memory-map it instead of decoding it
+    again. A device dataset is only its test split: built in each process.
+    """
+    from flowerbed.data import federated_cache
+
+    use_disk = federated_cache.discovered(scenario)
+    key = ""
+    if use_disk:
+        key = federated_cache.cache_key(scenario, "pool:" + _pool_key(scenario))
+        stored = federated_cache.read(key)
+        if stored is not None:
+            return stored[0]
+    dataset: Dataset = registry.build(
+        "dataset", scenario.component("dataset"), seed=scenario.seed
+    )
+    if use_disk and federated_cache.cacheable(dataset, Partition([])):
+        federated_cache.write(key, dataset, Partition([]), [], [])
+    return dataset
+
+
+def _pool_key(scenario: Scenario) -> str:
+    return json.dumps(
+        {"dataset": scenario.component("dataset").model_dump(mode="json"), "seed": scenario.seed},
+        sort_keys=True,
+    )
+
+
 def _compute(scenario: Scenario) -> LazyFederatedData:
     seed = scenario.seed
-    dataset: Dataset = registry.build("dataset", scenario.component("dataset"), seed=seed)
+    dataset = shared_pool(scenario)
     if dataset.text_train is not None:
         name = registry.name_of(scenario.component("partition"))
         raise PartitionError(
