@@ -244,11 +244,18 @@ def blazefl(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[C
 
 
 def same_run(a: str, b: str, rounds: int) -> bool:
-    """Equal final weights (the last checkpoint's arrays) and equal metric rows, times aside."""
+    """Equal final weights (the last checkpoint's global arrays) and metric rows, times aside.
+
+    A checkpoint also holds the driver's global random generators' states,
+    which no result depends on (seeded draws restore them) and which differ
+    from process to process: they are left out.
+    """
     def arrays(run: str) -> dict[str, np.ndarray]:
         (last,) = (Path(run) / "checkpoints").glob(f"round_*{rounds}")
+        meta = json.loads((last / "meta.json").read_text())
+        names = {k: v["__array__"] for k, v in meta["state"]["arrays"].items()}
         with np.load(last / "arrays.npz") as npz:
-            return {k: npz[k] for k in npz.files}
+            return {k: npz[v] for k, v in names.items()}
 
     def rows(run: str) -> list[dict[str, Any]]:
         lines = (Path(run) / "metrics.jsonl").read_text().splitlines()
@@ -266,6 +273,8 @@ def peers(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[Che
     """FLUTE's LR, BlazeFL's CNN and pfl-research's CIFAR workloads beside raw Flower."""
     results: dict[str, Any] = {}
     checks: list[Check] = []
+    if args.peers != ["flute_lr", "blazefl_cnn", "pfl_cifar"]:
+        return selected_peers(args, out)
     flute_sets = ["rounds=20"] if args.quick else []
     data = out / "flute.npz"
     settings = export("flute_lr", flute_sets, data)
@@ -306,6 +315,15 @@ def peers(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[Che
         checks.append(Check("blazefl_cnn: best flowerbed / best raw Flower, whole process",
                             best_fb / best_raw, 1.0))
     return results, checks
+
+
+def selected_peers(args: argparse.Namespace, out: Path) -> tuple[dict[str, Any], list[Check]]:
+    """Only the peer workloads ``--peers`` names (BlazeFL's alone: its curve and rerun)."""
+    if args.peers != ["blazefl_cnn"]:
+        raise SystemExit("--peers: all three, or blazefl_cnn alone")
+    res, checks = blazefl(args, out)
+    res["updates"] = 100 * res["rounds"]
+    return {"blazefl_cnn": res}, checks
 
 
 def tables(results: dict[str, Any]) -> None:
@@ -358,6 +376,8 @@ def main() -> int:
     parser.add_argument("--pfl-rounds", type=int, default=None, help="pfl_cifar rounds (10)")
     parser.add_argument("--blazefl-rounds", type=int, default=None,
                         help="blazefl_cnn rounds (its 5)")
+    parser.add_argument("--peers", nargs="+", default=["flute_lr", "blazefl_cnn", "pfl_cifar"],
+                        help="peer workloads: all three (default) or blazefl_cnn alone")
     args = parser.parse_args()
     args.sizes = args.sizes or ([1000, 10_000] if args.quick else [10**3, 10**4, 10**5, 10**6])
     args.rounds = args.rounds or (5 if args.quick else 20)
@@ -366,6 +386,8 @@ def main() -> int:
     results: dict[str, Any] = {}
     checks: list[Check] = []
     name = "population" if set(args.parts) == set(PARTS) else "_".join(["population", *args.parts])
+    if "peers" in args.parts and len(args.peers) < 3:
+        name = "_".join([name, *args.peers])
     with tempfile.TemporaryDirectory(prefix="fb-population-") as tmp:
         for part in args.parts:
             try:
