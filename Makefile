@@ -1,5 +1,5 @@
 # The two commands of the README. Both install into .venv first (idempotent).
-.PHONY: quickstart test lint setup
+.PHONY: quickstart test lint setup docs
 
 setup:
 	scripts/setup.sh
@@ -12,5 +12,17 @@ test: setup
 	.venv/bin/python -m pytest -q; status=$$?; [ $$status -eq 5 ] && exit 0; exit $$status
 
 lint: setup
-	.venv/bin/ruff check flowerbed tests benchmarks
+	.venv/bin/ruff check flowerbed tests benchmarks docs scripts
 	.venv/bin/mypy flowerbed
+
+# The documentation site: warnings are errors, then every internal link and anchor is checked.
+# Open docs/_build/html/index.html; tests/test_docs.py runs the same build in CI.
+docs: setup
+	.venv/bin/python -m sphinx -W --keep-going -b html -q docs docs/_build/html
+	.venv/bin/python scripts/check_doc_links.py docs/_build/html
+
+# The Docker deployment built and run offline, checked against plain processes
+# (docker/README.md). Exit 77: no Docker engine can be had on this machine.
+.PHONY: docker-test
+docker-test: setup
+	scripts/docker-test.sh

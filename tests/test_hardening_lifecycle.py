@@ -534,11 +534,11 @@ def test_every_subcommand_has_a_description():
     assert not missing, missing
 
 
-def test_readme_deployment_example_is_short_and_says_how_long():
-    text = (REPO / "README.md").read_text()
+def test_the_deployment_tutorials_example_is_short_and_says_how_long():
+    text = (REPO / "docs" / "tutorial-from-simulation-to-deployment.md").read_text()
     line = next(ln for ln in text.splitlines() if "--set engine=deployment --set num_clients" in ln)
     assert "--set rounds=2" in line
-    section = text.split("**Flower deployment", 1)[1].split("**Docker.**", 1)[0]
+    section = text.split("## A deployment on this machine", 1)[1].split("## Several machines")[0]
     assert "minute" in section or " s)" in section or "seconds" in section
 
 

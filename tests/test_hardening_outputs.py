@@ -368,7 +368,8 @@ def test_compose_out_may_name_a_folder_and_certs_default_to_docker_certs(tmp_pat
     shutil.copy(ROOT / "docker/Dockerfile", project / "docker/Dockerfile")
     written = write_compose(2, project / "docker", project=project)
     assert [p.read_text() for p in written] == [
-        (ROOT / "docker/compose.yml").read_text(), (ROOT / "docker/with-tls.yml").read_text()
+        (ROOT / name).read_text()
+        for name in ("docker/compose.yml", "docker/with-tls.yml", "docker/with-runs.yml")
     ]
 
 

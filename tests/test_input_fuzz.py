@@ -630,6 +630,92 @@ def test_tables_with_missing_values_are_refused_dropped_or_filled(table, missing
     assert dropped_rows(data.meta) == len(y) - int(kept.sum())
 
 
+@st.composite
+def stray_text_table(draw: st.DrawFn) -> tuple[Any, dict[int, list[int]], Any]:
+    """A regression table, 1-4 feature columns, some holding stray text or huge numbers.
+
+    Returns the frame, ``{column: text rows}`` and ``{column: huge rows}``.
+    """
+    import numpy as np
+    import pandas as pd
+
+    n, d = draw(st.integers(4, 30)), draw(st.integers(1, 4))
+    gen = np.random.default_rng(draw(st.integers(0, 2**16)))
+    frame = pd.DataFrame(gen.standard_normal((n, d)), columns=[f"f{j}" for j in range(d)])
+    frame["target"] = gen.standard_normal(n)
+    text: dict[int, list[int]] = {}
+    huge: dict[int, list[int]] = {}
+    for j in range(d):
+        kind = draw(st.sampled_from(["clean", "text", "huge"]))
+        rows = sorted(set(draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n))))
+        if kind == "text":
+            frame[f"f{j}"] = frame[f"f{j}"].astype(object)
+            for i in rows:
+                frame.loc[i, f"f{j}"] = draw(st.sampled_from(["n/a?", "abc", "1,5", "--"]))
+            text[j] = rows
+        elif kind == "huge":
+            for i in rows:
+                frame.loc[i, f"f{j}"] = draw(st.sampled_from([1e39, -1e308, 3.5e38]))
+            huge[j] = rows
+    return frame, text, huge
+
+
+@fast(60)
+@given(stray_text_table(), st.booleans())
+def test_tables_with_text_or_huge_cells_are_refused_or_dropped_deliberately(table, drop):
+    """A column with text (or numbers a float32 cannot hold) never leaves silently.
+
+    Refused naming the file, the column and its first bad row; with
+    ``drop_non_numeric: true`` exactly the text columns leave the features.
+    """
+    from flowerbed.data.base import DataSourceError
+
+    frame, text, huge = table
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.csv"
+        frame.to_csv(path, index=False)
+        spec = registry.get("dataset", "csv").params(
+            name="csv", path=str(path), target="target", task="regression",
+            drop_non_numeric=drop,
+        )
+        kept = [f"f{j}" for j in range(frame.shape[1] - 1) if j not in text]
+        try:
+            data = registry.build("dataset", spec, seed=0)
+        except DataSourceError as exc:
+            message = str(exc)
+            assert "\n" not in message and str(path) in message, message
+            if "no numeric feature column" in message:  # every column was text, all dropped
+                assert drop and not kept, message
+                return
+            named = [j for j in (*text, *huge) if f"column 'f{j}'" in message]
+            assert len(named) == 1, message
+            (j,) = named
+            rows = text.get(j) if j in text and not drop else huge.get(j)
+            assert rows is not None, message
+            assert f"row {rows[0] + 1}:" in message, message
+            return
+    assert not huge and (drop or not text), (text, huge)
+    assert list(data.meta.feature_names) == kept
+
+
+@fast(60)
+@given(base_index, st.data())
+def test_a_boolean_for_a_number_anywhere_is_named(index, data):
+    """``true`` where a number goes is refused at its path, never read as 1."""
+    scenario = resolved()[index]
+    validated = from_dict(scenario)
+    numbers = [
+        path for path, value in walk(scenario)
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+        and (info := field_info(validated, path)) is not None
+        and bool not in typing.get_args(info.annotation) and info.annotation is not bool
+    ]
+    path = data.draw(st.sampled_from(numbers))
+    found = assert_one_line_problems(replaced(scenario, path, data.draw(st.booleans())),
+                                     yaml_path(path))
+    assert any("a boolean" in p for p in found), found
+
+
 #: Partitioners that split rows of any labelled dataset (natural_id needs group ids).
 SPLITTERS = ["iid", "dirichlet", "pathological", "shard", "size_skew", "quantity_skew",
              "feature_subsets", "domain_shift", "label_and_domain_shift", "fewshot_dirichlet"]

@@ -153,6 +153,8 @@ METHOD_PLACES = (
 PROJECT_FOLDERS = ("flowerbed", "tests", "benchmarks", "docs", "scenarios", "scripts", "docker")
 #: Methods that share a package under another name (``drift``).
 MEMBERS = ("scaffold", "feddyn", "moon")
+#: Generated, git-ignored output inside the project's folders (``make docs``).
+BUILD_OUTPUTS = ("docs/_build/",)
 
 
 def misplaced_method_files(root: Path) -> list[str]:
@@ -163,7 +165,8 @@ def misplaced_method_files(root: Path) -> list[str]:
     for folder in PROJECT_FOLDERS:
         for path in sorted((root / folder).rglob("*")):
             rel = path.relative_to(root).as_posix()
-            if not path.is_file() or "__pycache__" in rel or rel.startswith(METHOD_PLACES):
+            if not path.is_file() or "__pycache__" in rel or rel.startswith(
+                    (*METHOD_PLACES, *BUILD_OUTPUTS)):
                 continue
             hit = [n for n in (*names, *MEMBERS) if n in path.name]
             if hit:

@@ -702,7 +702,8 @@ def run_report(args: argparse.Namespace) -> None:
         lines += lm_tables(rows)
         plot_lm(rows, args.out / "lm_accuracy_vs_budget.png")
         if args.out == OUT:  # the figure the method page shows
-            plot_lm(rows, OUT.parents[2] / "docs" / "methods" / "img" / "coreset_icl_accuracy_vs_budget.png")
+            page_img = OUT.parents[2] / "docs" / "methods" / "img"
+            plot_lm(rows, page_img / "coreset_icl_accuracy_vs_budget.png")
         wall = sum(r["wall_s"] for r in rows)
         lines.append(f"\n{len(rows)} cells, {wall / 3600:.1f} h of cell wall time")
     proxy = args.out / "proxy_cells.json"

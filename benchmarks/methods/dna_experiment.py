@@ -21,7 +21,9 @@ Usage::
 
 Each finished run (generator, shots, seed) is appended to ``<out>/runs.jsonl``; a re-run
 skips those, so an interrupted grid resumes; ``--report-only`` rebuilds the tables and
-plots from that file (and the federated table from ``<out>/dna_experiment.json``).
+plots from that file (and the federated table from ``<out>/dna_experiment.json``), and
+writes ``<out>/per_run.jsonl``: one row per run and arm with its seen / unseen accuracy
+and AUC, the units ``benchmarks/claims/dna.yaml`` pairs.
 """
 
 from __future__ import annotations
@@ -215,6 +217,32 @@ def seen_unseen(res, g):
     seen = res[g]
     unseen = np.mean([res[f] for f in res if f != g], axis=0)
     return seen, unseen
+
+
+def per_run_rows(runs, names):
+    """One row per (run, arm) with its seen / unseen accuracy and AUC: the claims' units.
+
+    Arms are the probes and the fine-tune (``arms``), the same probes on heavy-JPEG test
+    images (``heavy_<arm>``, 16 shots), the all-unit probe of the chosen layer with its top
+    ``m`` triadic units or ``m`` random units masked (``mask_fdu_<m>``, ``mask_random_<m>``,
+    64 shots) and the all-unit probe of every layer (``layer_<name>``, 16 shots, seeds 0-2).
+    """
+    rows = []
+    for r in runs:
+        head = {"g": r["g"], "k": r["k"], "seed": r["seed"], "layer": names[r["layer"]]}
+        results = {arm: res for arm, res in r["arms"].items()}
+        results |= {f"heavy_{arm}": res for arm, res in (r.get("heavy") or {}).items()}
+        mask = r.get("masking") or {}
+        for kind in ("fdu", "random"):
+            results |= {f"mask_{kind}_{m}": res
+                        for m, res in zip(mask.get("m", []), mask.get(kind, []), strict=True)}
+        results |= {f"layer_{names[j]}": res for j, res in enumerate(r.get("per_layer") or [])}
+        for arm, res in results.items():
+            seen, unseen = seen_unseen(res, r["g"])
+            rows.append({**head, "arm": arm, "seen_acc": float(seen[0]),
+                         "seen_auc": float(seen[1]), "unseen_acc": float(unseen[0]),
+                         "unseen_auc": float(unseen[1])})
+    return rows
 
 
 def summarise(runs, key="arms"):
@@ -464,6 +492,9 @@ def load_runs(path):
 def report(runs, names, args):
     """Tables and plots of finished runs."""
     table, heavy_table = summarise(runs), summarise(runs, "heavy")
+    per_run = args.out / "per_run.jsonl"
+    per_run.write_text("".join(json.dumps(row) + "\n" for row in per_run_rows(runs, names)))
+    print(f"per-run rows of every arm: {per_run}")
     print_table(table, "Accuracy / AUC (%), mean ± sd over train generators x seeds")
     print_table(heavy_table, "Same probes, test images re-compressed at JPEG quality 30")
     print("\n### Paper (STATED-2nd; other benchmarks, CLIP-scale backbone) vs ours\n")

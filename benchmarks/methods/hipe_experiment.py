@@ -8,6 +8,9 @@ markdown table (mean +- standard deviation over seeds) and writes the plot.
     flowerbed sweep scenarios/hipe/data_efficiency.yaml            # ~60 points, resumable
     python benchmarks/methods/hipe_experiment.py runs/hipe_data_efficiency  # table + plot
 
+The per-seed accuracies are written to ``benchmarks/results/hipe/runs.jsonl`` (one line
+per training, embedding, samples per client and seed) for ``benchmarks/claims.py``.
+
 Several sweep roots (e.g. the sweep split over two processes with
 ``--set sweep.dataset.n_train=[...] --output-dir ...``) may be given at once.
 """
@@ -22,10 +25,13 @@ from pathlib import Path
 
 import yaml
 
-DEFAULT_PLOT = Path(__file__).resolve().parents[2] / "docs" / "methods" / "img" / "hipe_data_efficiency.png"
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_PLOT = ROOT / "docs" / "methods" / "img" / "hipe_data_efficiency.png"
+DEFAULT_ROWS = ROOT / "benchmarks" / "results" / "hipe" / "runs.jsonl"
 SOURCES = ("centralized", "federated")
 
 Key = tuple[str, int]  # (embedding label, samples per client)
+BySeed = dict[str, dict[Key, dict[int, float]]]  # source -> key -> seed -> accuracy
 
 
 def label(model: dict[str, object]) -> str:
@@ -37,8 +43,8 @@ def label(model: dict[str, object]) -> str:
     return f"hipe \u03c3=({text})"
 
 
-def collect(roots: list[Path]) -> dict[str, dict[Key, list[float]]]:
-    """Accuracy per source, keyed by (label, samples per client), one value per seed."""
+def collect(roots: list[Path]) -> BySeed:
+    """Accuracy per source, keyed by (label, samples per client), then by seed."""
     by_seed: dict[str, dict[Key, dict[int, float]]] = {s: defaultdict(dict) for s in SOURCES}
     for root in roots:
         for summary_path in sorted(root.glob("*/summary.json")):
@@ -49,10 +55,21 @@ def collect(roots: list[Path]) -> dict[str, dict[Key, list[float]]]:
             for source in SOURCES:  # a point run twice (two roots) counts once
                 acc = summary["results"][source]["test/accuracy"]
                 by_seed[source][key][scenario["seed"]] = acc
-    return {
-        src: {k: [v[s] for s in sorted(v)] for k, v in keyed.items()}
-        for src, keyed in by_seed.items()
-    }
+    return by_seed
+
+
+def in_seed_order(by_seed: BySeed) -> dict[str, dict[Key, list[float]]]:
+    """The values of :func:`collect` as lists in seed order (the tables' input)."""
+    return {src: {k: [v[s] for s in sorted(v)] for k, v in keyed.items()}
+            for src, keyed in by_seed.items()}
+
+
+def seed_rows(by_seed: BySeed) -> list[dict[str, object]]:
+    """One row per run and seed, for ``benchmarks/claims.py`` to pair (``runs.jsonl``)."""
+    return [{"training": src, "embedding": lab, "samples_per_client": n, "seed": seed,
+             "accuracy": acc}
+            for src, keyed in by_seed.items() for (lab, n), seeds in sorted(keyed.items())
+            for seed, acc in sorted(seeds.items())]
 
 
 def stats(values: list[float]) -> tuple[float, float]:
@@ -151,15 +168,20 @@ def main() -> None:
     parser.add_argument("roots", nargs="+", type=Path, help="sweep folders (runs/<sweep>)")
     parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
     parser.add_argument("--chance", type=float, default=1 / 8)
+    parser.add_argument("--rows", type=Path, default=DEFAULT_ROWS,
+                        help="write one JSON line per run and seed here")
     args = parser.parse_args()
-    results = collect(args.roots)
+    by_seed = collect(args.roots)
+    results = in_seed_order(by_seed)
     if not any(results[s] for s in SOURCES):
         raise SystemExit(f"no finished runs (summary.json) under {', '.join(map(str, args.roots))}")
     print(table(results))
     print()
     print(paired(results))
     plot(results, args.plot, args.chance)
-    print(f"\nplot: {args.plot}")
+    args.rows.parent.mkdir(parents=True, exist_ok=True)
+    args.rows.write_text("".join(json.dumps(r) + "\n" for r in seed_rows(by_seed)))
+    print(f"\nplot: {args.plot}\nper-seed rows: {args.rows}")
 
 
 if __name__ == "__main__":

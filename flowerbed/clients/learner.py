@@ -92,6 +92,9 @@ class Learner:
     """
 
     Params: ClassVar[type[BaseParams]] = BaseParams
+    #: Whether the learner trains the scenario's ``model:`` block (validation refuses
+    #: a scenario without one instead of every client failing at setup).
+    needs_model: ClassVar[bool] = False
 
     def __init__(self, params: BaseParams, *, scenario: Scenario) -> None:
         self.params = params

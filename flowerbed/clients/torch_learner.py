@@ -66,6 +66,7 @@ class SGDLearner(SupervisedLearner):
     """Mini-batch SGD/Adam on the scenario's torch model (cross-entropy or MSE)."""
 
     Params = SGDParams
+    needs_model = True
 
     def __init__(self, params: SGDParams, *, scenario: Scenario) -> None:
         super().__init__(params, scenario=scenario)

@@ -225,6 +225,10 @@ class Replies:
         The availability profile's share of ``missing`` this round.
     virtual_time
         Simulated duration of the phase (slowest on-time client, or the deadline).
+
+    ``empty()`` names the usable replies that counted no example (a client with
+    no local test rows answering ``evaluate``): weighted by their size, they
+    weigh nothing, and they carry no metrics to average.
     """
 
     ok: dict[int, Payload] = field(default_factory=dict)
@@ -233,6 +237,10 @@ class Replies:
     dropped: list[int] = field(default_factory=list)
     late: list[int] = field(default_factory=list)
     virtual_time: float = 0.0
+
+    def empty(self) -> list[int]:
+        """Partition ids of usable replies with ``num_examples == 0``."""
+        return [pid for pid, body in self.ok.items() if body.num_examples == 0]
 
     def counts(self) -> dict[str, int]:
         """``{"ok": .., "failed": .., "missing": ..}`` for logs and progress."""

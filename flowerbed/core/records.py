@@ -118,6 +118,13 @@ def metric_name(phase: str, name: str) -> str:
     return f"{phase}/{name}" if "/" in name else f"{phase}/test/{name}"
 
 
+def _checkpoint_round(folder: Path | None) -> int | None:
+    """The round of a checkpoint folder (``round_000016`` -> 16); ``None`` for none."""
+    if folder is None:
+        return None
+    return int(folder.name.rsplit("_", 1)[-1])
+
+
 @dataclass
 class Recorder:
     """Receives everything a run produces and writes it to the run folder.
@@ -144,6 +151,8 @@ class Recorder:
     #: :func:`flowerbed.core.checkpoints.prepare_resume`); ``rows`` then holds
     #: the rows recorded before it.
     resume_from: Path | None = None
+    #: ``client_metrics.jsonl``'s rows of a run without a folder (kept in memory).
+    client_rows: list[dict[str, Any]] = field(default_factory=list)
     _handler: logging.Handler | None = None
 
     def start(self) -> None:
@@ -162,7 +171,10 @@ class Recorder:
             from flowerbed.core.sinks import SinkContext, open_sinks
 
             try:
-                self.sinks = open_sinks(SinkContext(self.scenario, self.run_dir, self.sweep))
+                resumed = _checkpoint_round(self.resume_from)
+                self.sinks = open_sinks(
+                    SinkContext(self.scenario, self.run_dir, self.sweep, resumed)
+                )
             except BaseException:
                 self.close()
                 raise
@@ -223,6 +235,8 @@ class Recorder:
             row["dropped_clients"] = replies.dropped
             row["late_clients"] = replies.late
             row["virtual_time_s"] = round(replies.virtual_time, 4)
+        if replies.empty():  # nothing to count (no local test rows): left out of the average
+            row["empty_clients"] = replies.empty()
         if replies.missing:
             row["missing_clients"] = replies.missing
             log.warning(
@@ -239,23 +253,21 @@ class Recorder:
         inflating the rows every listener sees. The client's metrics sit under
         ``metrics`` so a client metric named ``round`` cannot overwrite the row's.
         """
-        if self.run_dir is None:
-            return
-        lines = [
-            json.dumps(
-                {
-                    "round": server_round,
-                    "phase": message_type,
-                    "client": pid,
-                    "num_examples": p.num_examples,
-                    "metrics": p.metrics,
-                }
-            )
+        rows = [
+            {
+                "round": server_round,
+                "phase": message_type,
+                "client": pid,
+                "num_examples": p.num_examples,
+                "metrics": p.metrics,
+            }
             for pid, p in sorted(replies.ok.items())
             if p.metrics
         ]
-        if lines:
-            append_lines(self.run_dir / CLIENT_METRICS_FILE, lines)
+        if self.run_dir is None:
+            self.client_rows += rows  # a run kept in memory keeps them here
+        elif rows:
+            append_lines(self.run_dir / CLIENT_METRICS_FILE, [json.dumps(r) for r in rows])
 
     def event(self, name: str, **info: Any) -> None:
         """Record a notable event (connection, baseline start, error)."""

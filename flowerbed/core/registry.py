@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeAlias, TypeVar, Union, cast
+from typing import Annotated, Any, Literal, TypeAlias, TypeVar, Union, cast, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict, create_model, model_validator
 
 KINDS = (
     "dataset", "partition", "model", "learner", "strategy", "baseline", "encoder", "vlm", "lm",
@@ -42,9 +44,92 @@ Requirement: TypeAlias = str | tuple[str, ...]
 
 
 class Params(BaseModel):
-    """Base of every component's parameter model: strict, frozen, no unknown keys."""
+    """Base of every component's parameter model: strict, frozen, no unknown keys.
+
+    A boolean is not a number here: pydantic would read ``rounds: true`` as 1
+    and ``lr: true`` as 1.0, so a field (or an item of a list field) that takes
+    numbers but not booleans refuses ``true`` / ``false``.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_for_number(cls, data: Any) -> Any:
+        """Mark booleans given for numbers, so each fails like any wrong type, at its path."""
+        if not isinstance(data, dict):
+            return data
+        marked = dict(data)
+        for name, field in cls.model_fields.items():
+            key = field.alias or name
+            if key in marked:
+                marked[key] = _marked(field.annotation, marked[key])
+        return marked
+
+
+class BooleanGiven:
+    """A boolean found where a number goes; no number validator accepts it.
+
+    Its ``repr`` is what a validation error shows as the input: ``true, a boolean``.
+    """
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"{json.dumps(self.value)}, a boolean"
+
+
+def _unwrapped(annotation: Any) -> list[Any]:
+    """The types an annotation admits: ``Annotated`` metadata dropped, unions split."""
+    if get_origin(annotation) is Annotated:
+        return _unwrapped(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [t for arg in get_args(annotation) for t in _unwrapped(arg)]
+    return [annotation]
+
+
+def _marked(annotation: Any, value: Any) -> Any:
+    """``value`` with each boolean given where ``annotation`` wants a number marked.
+
+    A :class:`BooleanGiven` fails any number validator. A field (or list item)
+    that takes numbers but not booleans would otherwise take them: pydantic
+    reads ``rounds: true`` as 1 and ``lr: true`` as 1.0.
+
+    Examples
+    --------
+    >>> _marked(int, True), _marked(float | None, False), _marked(tuple[int, ...], [64, True])
+    (true, a boolean, false, a boolean, [64, true, a boolean])
+    >>> _marked(bool, True), _marked(int | bool, True), _marked(Any, True), _marked(int, 3)
+    (True, True, True, 3)
+    >>> _marked(float | Literal["auto"], True), _marked(int | Literal[True], True)
+    (true, a boolean, True)
+    """
+    members = _unwrapped(annotation)
+    if isinstance(value, bool):
+        if any(m is bool or m is Any or value in _literal_values(m) for m in members):
+            return value
+        return BooleanGiven(value) if any(m in (int, float) for m in members) else value
+    if isinstance(value, list | tuple):
+        items = [_item_type(m) for m in members if get_origin(m) in (list, tuple, set, frozenset)]
+        if len(items) == 1 and items[0] is not None:
+            return [_marked(items[0], v) for v in value]
+    return value
+
+
+def _literal_values(annotation: Any) -> tuple[Any, ...]:
+    """The values of a ``Literal[...]`` (booleans kept apart from 0 and 1), else ``()``."""
+    if get_origin(annotation) is not Literal:
+        return ()
+    return tuple(v for v in get_args(annotation) if isinstance(v, bool))
+
+
+def _item_type(container: Any) -> Any:
+    """The item type of ``list[T]`` / ``tuple[T, ...]`` (``None`` for fixed-length tuples)."""
+    args = [a for a in get_args(container) if a is not Ellipsis]
+    if len(args) == 1:
+        return args[0]
+    return None
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,9 @@ class FederationConfig(Params):
 class ClientsConfig(Params):
     """Per-client data handling and availability common to all datasets."""
 
-    local_test_fraction: float = Field(0.2, ge=0, lt=1)
+    local_test_fraction: float = Field(
+        0.2, ge=0, lt=1, description="share of each client's rows held out for its own evaluation"
+    )
     availability: AvailabilityParams = AvailabilityParams()
     keep_state: bool = Field(
         True,
@@ -157,8 +159,12 @@ def _metric_name(name: str) -> str:
 class MetricsConfig(Params):
     """Which metrics the summary table shows and how often the server evaluates."""
 
-    summary: tuple[Annotated[str, AfterValidator(_metric_name)], ...] = ("accuracy", "loss")
-    eval_every: int = Field(1, ge=1)
+    summary: tuple[Annotated[str, AfterValidator(_metric_name)], ...] = Field(
+        ("accuracy", "loss"),
+        description="metrics the summary table shows: a bare name is the test metric "
+        "(accuracy: test/accuracy), split/name another split's or phase's",
+    )
+    eval_every: int = Field(1, ge=1, description="server evaluation every N rounds (and the last)")
 
     def summary_keys(self) -> dict[str, str]:
         """Each summary name -> its metric key: a bare name is ``test/<name>``."""
@@ -202,28 +208,35 @@ def summary_problem(
 class ScenarioBase(Params):
     """Fields every scenario has; component fields are added by :func:`scenario_model`."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    description: str = ""
-    seed: int = Field(0, ge=0)
-    num_clients: int = Field(10, ge=1)
-    rounds: int = Field(1, ge=1)
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="the scenario's name: its run folders go to <output_dir>/<name>/",
+    )
+    description: str = Field("", description="free text about the scenario (not in the digest)")
+    seed: int = Field(0, ge=0, description="the root seed every random choice derives from")
+    num_clients: int = Field(10, ge=1, description="clients (partitions) in the federation")
+    rounds: int = Field(1, ge=1, description="server rounds of a round-based strategy")
     engine: Engine = Engine()
     federation: FederationConfig = FederationConfig()
     clients: ClientsConfig = ClientsConfig()
     metrics: MetricsConfig = MetricsConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
-    output_dir: str = "runs"
+    output_dir: str = Field("runs", description="root folder of run folders")
     # Component fields; :func:`scenario_model` narrows each to the union of the
     # registered parameter models, discriminated by ``name``.
-    dataset: Params
-    partition: Params
-    model: Params | None = None
-    learner: Params
-    strategy: Params
-    baselines: list[Params] = []
+    dataset: Params = Field(description="where the rows come from")
+    partition: Params = Field(description="how the training rows are split over the clients")
+    model: Params | None = Field(
+        None, description="the network a weights learner trains (none for learners without one)"
+    )
+    learner: Params = Field(description="what runs on each client")
+    strategy: Params = Field(description="what runs on the server")
+    baselines: list[Params] = Field(
+        [], description="run beside the federation, on identical data and seeds"
+    )
     #: Where rows go besides ``metrics.jsonl`` (``jsonl``, always on: added
     #: when not listed, so the resolved scenario names every sink).
-    sinks: list[Params] = []
+    sinks: list[Params] = Field([], description="where rows go besides the run folder")
 
     @field_validator("engine", mode="before")
     @classmethod
@@ -443,9 +456,11 @@ def validate_scenario(data: Any, source: str = "scenario") -> ScenarioBase:
 def capability_problems(scenario: ScenarioBase) -> list[str]:
     """One line per pair of components that cannot work together, naming both.
 
-    A strategy or baseline whose needs the learner does not meet, and a model
+    A strategy or baseline whose needs the learner does not meet, a model
     that cannot read the dataset's rows (both from declarations: see
-    :attr:`flowerbed.core.registry.Entry.requires`).
+    :attr:`flowerbed.core.registry.Entry.requires`), a learner that trains a
+    ``model:`` block the scenario lacks, and checkpoints asked of a strategy
+    that cannot save them.
     """
     found = []
     why = registry.missing_capability("strategy", scenario.strategy, scenario.learner)
@@ -459,7 +474,26 @@ def capability_problems(scenario: ScenarioBase) -> list[str]:
         why = registry.missing_data("model", scenario.model, scenario.dataset)
         if why:
             found.append(f"model: {why}")
-    return found
+    learner = registry.get("learner", registry.name_of(scenario.learner)).target
+    if scenario.model is None and getattr(learner, "needs_model", False):
+        name = registry.name_of(scenario.learner)
+        found.append(f"model: learner {name!r} needs a 'model:' block (e.g. model: mlp)")
+    return found + checkpoint_problems(scenario)
+
+
+def checkpoint_problems(scenario: ScenarioBase) -> list[str]:
+    """``checkpoint.every`` asked of a strategy that cannot save checkpoints (its class says)."""
+    def saves(target: Any) -> bool:
+        return bool(getattr(target, "checkpointing", False))
+
+    name = registry.name_of(scenario.strategy)
+    if not scenario.checkpoint.every or saves(registry.get("strategy", name).target):
+        return []
+    able = [e.name for e in registry.entries("strategy") if saves(e.target)]
+    return [
+        f"checkpoint.every: strategy {name!r} does not save checkpoints "
+        f"(strategies that do: {', '.join(able)}); set checkpoint.every: 0"
+    ]
 
 
 def component_problems(scenario: ScenarioBase) -> list[str]:

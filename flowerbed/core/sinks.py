@@ -63,11 +63,20 @@ class SinkContext:
         The run folder (sinks open only for runs that have one).
     sweep
         Name of the sweep the run is a point of; ``None`` for a single run.
+    resumed_round
+        For a run resumed with ``--resume``: the round of the checkpoint it
+        continues from (rows after it are computed again); ``None`` otherwise.
+        A sink continues the run's existing record instead of starting another.
     """
 
     scenario: Scenario
     run_dir: Path
     sweep: str | None = None
+    resumed_round: int | None = None
+
+
+class SinkOpenError(RuntimeError):
+    """A sink that could not open its store (``sinks[0] (mlflow): cannot open: ...``)."""
 
 
 class SinkUnavailableError(RuntimeError):
@@ -167,10 +176,17 @@ def open_sinks(ctx: SinkContext) -> list[Sink]:
 
     opened: list[Sink] = []
     try:
-        for spec in ctx.scenario.sinks:
+        for i, spec in enumerate(ctx.scenario.sinks):
             if name_of(spec) == JSONL:
                 continue
-            sink = registry.build("sink", spec, ctx=ctx)
+            try:
+                sink = registry.build("sink", spec, ctx=ctx)
+            except SinkUnavailableError:
+                raise
+            except Exception as exc:  # a store that cannot be opened: name the sink
+                raise SinkOpenError(
+                    f"sinks[{i}] ({name_of(spec)}): cannot open: {type(exc).__name__}: {exc}"
+                ) from exc
             if sink is not None:
                 opened.append(sink)
     except BaseException:

@@ -146,6 +146,22 @@ def cacheable(dataset: Dataset, partition: Partition) -> bool:
     return plain and no_text and partition.transforms is None
 
 
+def storable_ids(groups: np.ndarray) -> np.ndarray:
+    """Natural client ids as an array ``np.save`` writes without pickling.
+
+    Numbers and strings are kept; any other hashable id (a pandas object
+    column of site names, mixed types) becomes its text, which is also what
+    ``natural_id`` groups clients by.
+
+    Examples
+    --------
+    >>> storable_ids(np.array(["hosp_A", 2], dtype=object)).tolist()
+    ['hosp_A', '2']
+    """
+    groups = np.asarray(groups)
+    return groups.astype(str) if groups.dtype.hasobject else groups
+
+
 def _ragged(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Concatenated rows and the offsets that split them back."""
     sizes = np.array([len(p) for p in parts], dtype=np.int64)
@@ -174,7 +190,7 @@ def write(
     for name in _ARRAYS:
         np.save(tmp / f"{name}.npy", getattr(dataset, name), allow_pickle=False)
     if dataset.groups_train is not None:
-        np.save(tmp / "groups_train.npy", dataset.groups_train, allow_pickle=False)
+        np.save(tmp / "groups_train.npy", storable_ids(dataset.groups_train), allow_pickle=False)
     ragged = {"indices": partition.indices, "local_train": local_train, "local_test": local_test}
     if partition.columns is not None:
         ragged["columns"] = partition.columns

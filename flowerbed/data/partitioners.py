@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 from typing import Literal
 
@@ -114,8 +116,27 @@ def dirichlet(
             f"partition.min_partition_size={params.min_partition_size} not met: in each of 10 "
             f"draws of Dirichlet(partition.alpha={params.alpha:g}) some of the "
             f"num_clients={num_clients} clients got fewer of the {len(data.y_train)} training "
-            f"rows of {data.meta.name}; lower min_partition_size or num_clients, or raise alpha"
+            f"rows of {data.meta.name} (the first draw's smallest clients: "
+            f"{_smallest(params, data, num_clients, seed)} rows); lower min_partition_size or "
+            f"num_clients, or raise alpha"
         ) from None
+
+
+def _smallest(params: DirichletParams, data: Dataset, num_clients: int, seed: int) -> str:
+    """The three smallest client sizes of the first Dirichlet draw, ``"0, 2, 3"``.
+
+    With no minimum the partitioner keeps its first draw, the same one the
+    refused attempt started from (same seed), so these are sizes it got.
+    """
+    from flwr_datasets.partitioner import DirichletPartitioner
+
+    first = DirichletPartitioner(
+        num_partitions=num_clients, partition_by="label", alpha=params.alpha,
+        min_partition_size=0, self_balancing=params.self_balancing,
+        seed=derive_seed(seed, "dirichlet") % 2**32,
+    )
+    sizes = sorted(_flwr_partition(first, data.y_train, num_clients).sizes)
+    return ", ".join(str(n) for n in sizes[:3])
 
 
 def _needs_labels(data: Dataset, name: str) -> None:
@@ -258,7 +279,8 @@ def natural_id(
         )
     partitioner = NaturalIdPartitioner(partition_by="group")
     partitioner.dataset = HFDataset.from_dict({"group": groups, "row": np.arange(len(groups))})
-    rows = [partitioner.load_partition(pid)["row"] for pid in range(num_clients)]
+    with contextlib.redirect_stderr(io.StringIO()):  # flwr-datasets' tqdm bar, one per run
+        rows = [partitioner.load_partition(pid)["row"] for pid in range(num_clients)]
     mapping = partitioner.partition_id_to_natural_id  # filled by the first load
     by_id = {mapping[pid]: np.sort(np.asarray(r, dtype=np.int64)) for pid, r in enumerate(rows)}
     return Partition([by_id[i] for i in ids], domains=[f"id {i}" for i in ids])

@@ -2,7 +2,8 @@
 
 Exit status of every command: 0 done, 1 a run failed (its partial results
 are kept), 2 bad input (an invalid scenario, an unusable path: nothing ran),
-130 interrupted with Ctrl-C (finished rounds are kept).
+130 interrupted with Ctrl-C, 143 terminated by SIGTERM (finished rounds are
+kept either way).
 """
 
 from __future__ import annotations
@@ -197,10 +198,12 @@ def _resume(args: argparse.Namespace, clock: Any) -> int:
 
 
 def _summary_names_status(scenario: Any, result: Any) -> int:
-    """1, with one line, when names the user wrote in ``metrics.summary`` were never produced.
+    """0, with a warning line, when names the user wrote in ``metrics.summary`` were never produced.
 
-    Checked after everything is saved; the default names are not held against
-    a run (a regression task reports no accuracy).
+    Checked after everything is saved: the run itself finished, only what
+    its table shows is off, so the line names the metrics the run did
+    produce. The default names are not held against a run (a regression
+    task reports no accuracy).
     """
     from flowerbed.core.scenario import summary_problem
 
@@ -208,8 +211,7 @@ def _summary_names_status(scenario: Any, result: Any) -> int:
         return 0
     problem = summary_problem(scenario.metrics, result.summary, result.rows)
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 1
+        print(f"warning: {problem}", file=sys.stderr)
     return 0
 
 
@@ -240,7 +242,7 @@ RUN_DESCRIPTION = (
     "baselines, with a live display of what is happening now. Every row is saved in a new "
     "run folder as it happens; the summary table and the folder are printed at the end. "
     "Exit status: 0 done, 1 the run failed (partial results kept), 2 bad input (nothing "
-    "ran), 130 interrupted by Ctrl-C (finished rounds kept)."
+    "ran), 130 interrupted by Ctrl-C, 143 terminated by SIGTERM (finished rounds kept)."
 )
 VALIDATE_DESCRIPTION = (
     "Check scenario files without running anything. Every problem is one line naming its "
@@ -384,18 +386,24 @@ def _configure_logging(verbose: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flowerbed`` console script."""
+    from flowerbed.platform.console import sigterm_as_interrupt
+
     parser = build_parser()
     args = parser.parse_args(argv)
     _configure_logging(args.verbose)
     try:
-        check_paths(args)
-        return _COMMANDS[args.command](args)
+        with sigterm_as_interrupt():
+            check_paths(args)
+            return _COMMANDS[args.command](args)
     except ScenarioError as exc:
         print(exc, file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         run_dir = getattr(exc, "run_dir", None)  # runner.RunInterrupted says where
         where = f"; finished rounds are saved in {run_dir}" if run_dir else ""
+        if getattr(exc, "signal_name", "SIGINT") == "SIGTERM":
+            print(f"terminated (SIGTERM){where}", file=sys.stderr)
+            return 143
         print(f"interrupted{where}", file=sys.stderr)
         return 130
     except OSError as exc:

@@ -5,11 +5,48 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import threading
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 log = logging.getLogger("flowerbed")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: what a batch scheduler sends to end a job (or ``kill PID``).
+
+    A ``KeyboardInterrupt``, so a run stops as on Ctrl-C: finished rounds
+    kept, an ``interrupted`` row written, child processes ended. The CLI
+    exits with 143 (128 + SIGTERM) instead of Ctrl-C's 130.
+    """
+
+    signal_name = "SIGTERM"
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    del signum, frame
+    raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into :class:`Terminated` while the block runs (main thread only).
+
+    Python's default for SIGTERM is to die on the spot: no row, no message,
+    no cleanup of worker processes. Signal handlers can only be set from
+    the main thread; elsewhere (a run started from a thread) nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _DropRunSimulationBanner(logging.Filter):

@@ -129,8 +129,10 @@ def _serve(
     """A worker's loop: one pickled ``(Message, Context)`` in, ``(ok, reply)`` out, until EOF."""
     import cloudpickle
 
-    # Ctrl-C reaches the whole process group; the driver decides how the run ends.
+    # Ctrl-C (and a scheduler's SIGTERM) reach the whole process group; the driver
+    # decides how the run ends and closes the pipes, which ends the worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.environ.clear()
     os.environ.update({**env, **dict.fromkeys(THREAD_VARS, str(threads))})
     if "torch" in sys.modules:  # preloaded by the fork server, which may serve other runs

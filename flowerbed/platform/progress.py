@@ -265,7 +265,7 @@ class LiveProgress:
             self.failures += int(row["failed"]) + int(row["missing"])
             r = self.replies
             self._line(
-                f"round {self.round}/{self.rounds} {self.phase}: replies {r['ok']} ok, "
+                f"{self._round_text()} {self.phase}: replies {r['ok']} ok, "
                 f"{r['failed']} failed, {r['missing']} missing"
             )
         elif "event" in row:
@@ -282,9 +282,19 @@ class LiveProgress:
             self.latest.update(shown)
             if shown:
                 values = ", ".join(f"{k} {_number(v)}" for k, v in sorted(shown.items()))
-                self._line(f"round {self.round}/{self.rounds}: {values}")
+                self._line(f"{self._round_text()}: {values}")
         if not self.plain:
             self.live.refresh()
+
+    def _round_text(self) -> str:
+        """``round 3/10``, or ``round 41 (beyond rounds: 1, ...)`` past the scenario's rounds.
+
+        A comparison arm may run rounds of its own inside a shorter scenario
+        (FQR's iterative FedAvg: 40 rounds inside ``rounds: 1``).
+        """
+        if self.round <= self.rounds:
+            return f"round {self.round}/{self.rounds}"
+        return f"round {self.round} (beyond rounds: {self.rounds}, a comparison arm's own)"
 
     def _render(self) -> Table:
         now = time.monotonic()
@@ -293,7 +303,7 @@ class LiveProgress:
         table.add_column()
         table.add_row("now", f"{self.doing} ({now - self.doing_since:.0f} s)")
         table.add_row("elapsed", f"{now - self.started:.0f} s")
-        table.add_row("round", f"{self.round}/{self.rounds}")
+        table.add_row("round", self._round_text().removeprefix("round "))
         table.add_row("phase", self.phase)
         if self.replies:
             r = self.replies

@@ -7,13 +7,13 @@ import os
 import platform as pyplatform
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flowerbed.core.records import METRICS_FILE, SUMMARY_FILE
+from flowerbed.core.records import CLIENT_METRICS_FILE, METRICS_FILE, SUMMARY_FILE
 from flowerbed.core.scenario import ScenarioError
 
 if TYPE_CHECKING:
@@ -146,13 +146,89 @@ def new_run_dir(scenario: Scenario, root: str | Path | None = None) -> Path:
     return path
 
 
+#: Phases whose rows are the federated model's own, in the order a metric is taken:
+#: the server's evaluation, then the clients' training and evaluation means.
+FEDERATED_PHASES = ("server_eval", "train", "evaluate", "local")
+
+
 @dataclass(frozen=True)
 class Result:
-    """What :func:`flowerbed.run` returns: the summary, every metrics row, the folder."""
+    """What :func:`flowerbed.run` returns: the summary, every metrics row, the folder.
+
+    ``rows`` are ``metrics.jsonl``'s rows as written: metric rows (values
+    named ``<phase>/<split>/<metric>``) and event rows (``event``: who
+    replied, a resume...). The tables name metrics as :meth:`final` does
+    (``<split>/<metric>``): :meth:`per_round` for the federated model per
+    round, :meth:`per_client` for each client's own replies, :meth:`events`
+    for the event rows (each a pandas ``DataFrame``; pandas is in the
+    ``data`` extra).
+
+    Examples
+    --------
+    >>> result = flowerbed.run("scenarios/quickstart.yaml", ["engine=inline"])  # doctest: +SKIP
+    >>> result.per_round()["test/accuracy"]  # doctest: +SKIP
+    round
+    0    0.109
+    1    0.758
+    ...
+    """
 
     summary: dict[str, Any]
     rows: list[dict[str, Any]]
     run_dir: Path | None
+    #: ``client_metrics.jsonl``'s rows (kept here too when the run has no folder).
+    client_rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def per_round(self) -> Any:
+        """The federated model's metrics per round: index ``round``, a column per metric.
+
+        Columns are named as in :meth:`final` (``test/accuracy`` from the
+        server's evaluation, ``local_test/accuracy`` the clients' mean,
+        ``train/loss``); a metric two phases log comes from the first of
+        :data:`FEDERATED_PHASES`. Rounds a metric was not logged in are NaN.
+        """
+        pd = _pandas()
+        by_round: dict[int, dict[str, dict[str, float]]] = {}
+        for row in self.rows:
+            phase = row.get("phase")
+            if "event" in row or phase not in FEDERATED_PHASES or "round" not in row:
+                continue
+            found = by_round.setdefault(int(row["round"]), {}).setdefault(str(phase), {})
+            for key, value in row.items():
+                if key.startswith(f"{phase}/") and isinstance(value, (int, float)):
+                    found[key.removeprefix(f"{phase}/")] = float(value)
+        table = {r: _merged(phases) for r, phases in sorted(by_round.items())}
+        frame = pd.DataFrame.from_dict(table, orient="index")
+        frame.index.name = "round"
+        return frame[sorted(frame.columns)]
+
+    def per_client(self) -> Any:
+        """Each client's own reply per round and phase: one row per (round, phase, client).
+
+        Columns ``round``, ``phase``, ``client``, ``num_examples``, then the
+        client's metrics named as the aggregates are: ``local_test/<m>`` for
+        an ``evaluate`` reply, ``train/<m>`` for a ``train`` reply.
+        """
+        pd = _pandas()
+        rows = self.client_rows
+        if self.run_dir is not None and (self.run_dir / CLIENT_METRICS_FILE).is_file():
+            lines = (self.run_dir / CLIENT_METRICS_FILE).read_text().splitlines()
+            rows = [json.loads(line) for line in lines if line.strip()]
+        records = [
+            {
+                "round": r["round"], "phase": r["phase"], "client": r["client"],
+                "num_examples": r["num_examples"],
+                **{client_metric_name(r["phase"], k): v for k, v in r["metrics"].items()},
+            }
+            for r in rows
+        ]
+        columns = ["round", "phase", "client", "num_examples"]
+        return pd.DataFrame.from_records(records, columns=_columns(records, columns))
+
+    def events(self) -> Any:
+        """The event rows (``event``: replies, connected, resumed, interrupted...), as written."""
+        pd = _pandas()
+        return pd.DataFrame.from_records([r for r in self.rows if "event" in r])
 
     def final(self, source: str = "federated") -> dict[str, float]:
         """Final metrics of ``federated`` or of a baseline.
@@ -169,6 +245,51 @@ class Result:
         return results[source]
 
 
+def _merged(phases: dict[str, dict[str, float]]) -> dict[str, float]:
+    """One round's metrics, each from the first phase of :data:`FEDERATED_PHASES` logging it."""
+    merged: dict[str, float] = {}
+    for phase in FEDERATED_PHASES:
+        for key, value in phases.get(phase, {}).items():
+            merged.setdefault(key, value)
+    return merged
+
+
+def _columns(records: list[dict[str, Any]], first: list[str]) -> list[str]:
+    """``first``, then every other key of ``records`` sorted."""
+    rest = sorted({k for r in records for k in r} - set(first))
+    return [*first, *rest]
+
+
+def client_metric_name(phase: str, metric: str) -> str:
+    """A client's metric named as its aggregate is (``accuracy`` of ``evaluate``: ``local_test/``).
+
+    Examples
+    --------
+    >>> client_metric_name("evaluate", "accuracy"), client_metric_name("train", "loss")
+    ('local_test/accuracy', 'train/loss')
+    >>> client_metric_name("train.local", "test/f1")
+    'test/f1'
+    """
+    if "/" in metric:
+        return metric
+    if phase.split(".")[0] == "evaluate":
+        return f"local_test/{metric}"
+    if phase.split(".")[0] == "train":
+        return f"train/{metric}"
+    return metric
+
+
+def _pandas() -> Any:
+    """pandas, or one line saying how to install it (the ``data`` extra)."""
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError(
+            "Result tables need pandas: pip install pandas (or 'flowerbed[data]')"
+        ) from None
+    return pandas
+
+
 class UnknownSourceError(KeyError):
     """:meth:`Result.final` of a source the run does not have; the message lists those it has."""
 
@@ -181,4 +302,4 @@ def load_result(run_dir: str | Path) -> Result:
     path = Path(run_dir)
     summary = json.loads((path / SUMMARY_FILE).read_text())
     rows = [json.loads(ln) for ln in (path / METRICS_FILE).read_text().splitlines() if ln.strip()]
-    return Result(summary, rows, path)
+    return Result(summary, rows, path)  # per_client() reads client_metrics.jsonl

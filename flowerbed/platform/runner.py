@@ -26,7 +26,7 @@ from flwr.serverapp import Grid, ServerApp
 from flowerbed.core.population import flower_nodes, virtual_clients
 from flowerbed.core.records import METRICS_FILE, Recorder
 from flowerbed.core.scenario import Scenario, from_dict, load_scenario
-from flowerbed.platform.console import quiet_flower, warnings_once
+from flowerbed.platform.console import quiet_flower, sigterm_as_interrupt, warnings_once
 from flowerbed.platform.progress import LiveProgress, RunClock, activity, timed_by
 from flowerbed.platform.resources import (
     THREAD_VARS,
@@ -62,15 +62,18 @@ class RunError(RuntimeError):
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped the run; ``run_dir`` holds the finished rounds and an ``interrupted`` row.
+    """Ctrl-C or SIGTERM stopped the run; ``run_dir`` holds the finished rounds and a row.
 
-    A ``KeyboardInterrupt``, so code that already handles Ctrl-C keeps doing so.
+    A ``KeyboardInterrupt``, so code that already handles Ctrl-C keeps doing
+    so; ``signal_name`` says which (``SIGINT`` or ``SIGTERM``).
     """
 
-    def __init__(self, run_dir: Path | None) -> None:
+    def __init__(self, run_dir: Path | None, signal_name: str = "SIGINT") -> None:
         where = f"; finished rounds are saved in {run_dir}" if run_dir else ""
-        super().__init__(f"interrupted{where}")
+        what = "terminated (SIGTERM)" if signal_name == "SIGTERM" else "interrupted"
+        super().__init__(f"{what}{where}")
         self.run_dir = run_dir
+        self.signal_name = signal_name
 
 
 class SimulationError(RuntimeError):
@@ -348,7 +351,8 @@ def run(
     RunError
         The run started and failed; its ``run_dir`` keeps what was finished.
     RunInterrupted
-        Ctrl-C (a ``KeyboardInterrupt``); its ``run_dir`` keeps the finished rounds.
+        Ctrl-C or SIGTERM (a ``KeyboardInterrupt``); its ``run_dir`` keeps the
+        finished rounds.
 
     Examples
     --------
@@ -374,14 +378,16 @@ def resume(run_dir: str | Path, *, progress: bool = False, clock: RunClock | Non
     after the checkpoint are cut from ``metrics.jsonl`` and
     ``client_metrics.jsonl`` and computed again, so every round appears once;
     the clients' state goes back to the checkpoint's copy. On CPU the final
-    numbers equal those of a run never interrupted. A run without a checkpoint
-    starts again from round 0 in the same folder.
+    numbers equal those of a run never interrupted. A run without a usable
+    checkpoint (none asked for, or killed before the first) is refused: starting
+    it again in the same folder would record its rounds twice.
 
     Raises
     ------
     ScenarioError
         ``run_dir`` is not an unfinished run folder, or its newest checkpoint
-        is unreadable, corrupted or another scenario's (one line naming the file).
+        is unreadable, corrupted or another scenario's, or it has no checkpoint
+        (one line naming the file or saying how to start afresh).
     RunError, RunInterrupted
         As :func:`run`.
     """
@@ -407,6 +413,8 @@ def resume(run_dir: str | Path, *, progress: bool = False, clock: RunClock | Non
             checkpoint = prepare_resume(folder, scenario.digest())
         except CheckpointError as exc:
             raise InputPathError("--resume", folder, str(exc)) from None
+        if checkpoint is None:
+            raise InputPathError("--resume", folder, _no_checkpoint(scenario, folder))
     recorder = Recorder(
         scenario,
         folder,
@@ -414,16 +422,73 @@ def resume(run_dir: str | Path, *, progress: bool = False, clock: RunClock | Non
         rows=read_rows(folder / METRICS_FILE),
         resume_from=checkpoint,
     )
-    where = f"round {int(checkpoint.name.split('_')[-1])}" if checkpoint else "round 0"
-    activity(f"resuming {folder} from {where}")
+    activity(f"resuming {folder} from round {int(checkpoint.name.split('_')[-1])}")
     return _execute(scenario, recorder, progress, clock)
 
 
+def _no_checkpoint(scenario: Scenario, folder: Path) -> str:
+    """Why a run folder without a checkpoint cannot be resumed, and how to start afresh."""
+    from flowerbed.core.records import SCENARIO_FILE
+
+    every = scenario.checkpoint.every
+    why = (
+        f"no checkpoint (checkpoint.every={every}: the run stopped before its first one, "
+        f"or its checkpoints folder was deleted)"
+        if every
+        else "no checkpoint (the run's scenario has checkpoint.every: 0)"
+    )
+    return (
+        f"{why}, so nothing to resume from; start afresh in a new folder with "
+        f"`flowerbed run {folder / SCENARIO_FILE}`"
+    )
+
+
 def _check_checkpointing(scenario: Scenario) -> None:
-    """Bad input before any work: checkpoints asked of a strategy that cannot write them."""
+    """Bad input before any work: checkpoints asked of a strategy that cannot write them.
+
+    Also components only this process knows, on an engine whose clients run elsewhere.
+    """
+    from flowerbed.core.scenario import ScenarioError
     from flowerbed.platform.server import checked_strategy
 
     checked_strategy(scenario)
+    problems = process_local_components(scenario)
+    if problems:
+        raise ScenarioError(problems, scenario.name)
+
+
+def process_local_components(scenario: Scenario) -> list[str]:
+    """Components registered in this process only, named where other processes need them.
+
+    A ``register(...)`` call in a script or notebook (not in a discovered
+    plugin module) reaches neither the simulation's client processes (forked
+    from a server that imported only plugin modules, or Ray actors) nor a
+    deployment's ServerApp and SuperNodes: each would fail at setup with the
+    same "unknown" error. ``inline`` runs everything here, so it is free.
+    """
+    if scenario.engine.name == "inline":
+        return []
+    from flowerbed.core import registry
+    from flowerbed.core.plugins import UNKNOWN_SOURCE, component_source
+    from flowerbed.core.scenario import COMPONENT_FIELDS, LIST_COMPONENT_FIELDS
+
+    specs = [(f, k, getattr(scenario, f)) for f, k in COMPONENT_FIELDS.items()]
+    specs += [
+        (f"{field}[{i}]", kind, spec)
+        for field, kind in LIST_COMPONENT_FIELDS.items()
+        for i, spec in enumerate(getattr(scenario, field))
+    ]
+    found = []
+    for where, kind, spec in specs:
+        name = None if spec is None else registry.name_of(spec)
+        if name is not None and component_source(kind, name) == UNKNOWN_SOURCE:
+            found.append(
+                f"{where}.name: {kind} {name!r} is registered in this process only (by a "
+                f"script, notebook or test), so the {scenario.engine.name} engine's other "
+                f"processes do not know it; use engine: inline, or register it in an "
+                f"installed plugin package (entry point group flowerbed.plugins)"
+            )
+    return found
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -441,6 +506,7 @@ def _execute(scenario: Scenario, recorder: Recorder, progress: bool, clock: RunC
         display = LiveProgress(scenario.name, scenario.rounds, scenario.metrics.summary)
         recorder.listeners.append(display)
     with (
+        sigterm_as_interrupt(),
         quiet_flower(),
         warnings_once(),
         timed_by(recorder, clock),
@@ -457,16 +523,20 @@ def _execute(scenario: Scenario, recorder: Recorder, progress: bool, clock: RunC
                 engine_started = time.time()
                 summary = ENGINES[scenario.engine.name](scenario, recorder)
                 engine_s = time.time() - engine_started
-        except KeyboardInterrupt:
-            _record(recorder, "interrupted", rounds_done=finished_rounds(recorder.rows))
-            raise RunInterrupted(run_dir) from None
+        except KeyboardInterrupt as exc:
+            signal_name = getattr(exc, "signal_name", "SIGINT")
+            _record(recorder, "interrupted", rounds_done=finished_rounds(recorder.rows),
+                    signal=signal_name)
+            raise RunInterrupted(run_dir, signal_name) from None
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
+            log.info("run failed", exc_info=True)  # the traceback: run.log, and stderr with -v
             _record(recorder, "run_failed", error=error)
             raise RunError(error, run_dir) from exc
         finally:
             recorder.close()
-    return Result(_final_timing(summary, clock, recorder, engine_s), recorder.rows, run_dir)
+    timed = _final_timing(summary, clock, recorder, engine_s)
+    return Result(timed, recorder.rows, run_dir, recorder.client_rows)
 
 
 def _resolve(

@@ -22,7 +22,13 @@ from flowerbed.core.checkpoints import Checkpoints
 from flowerbed.core.messages import Payload
 from flowerbed.core.population import AUTO_VIRTUAL_ABOVE, flower_nodes, virtual_clients
 from flowerbed.core.records import CLIENTS_FILE, STATE_DIR_NAME, Recorder
-from flowerbed.core.scenario import Scenario, ScenarioError, load_scenario, validate_scenario
+from flowerbed.core.scenario import (
+    Scenario,
+    ScenarioError,
+    checkpoint_problems,
+    load_scenario,
+    validate_scenario,
+)
 from flowerbed.data.table_data import dropped_rows
 from flowerbed.platform.progress import RunClock, clock_of
 from flowerbed.platform.results import new_run_dir, versions
@@ -50,7 +56,12 @@ def listed_clients(scenario: Scenario) -> int:
 
 
 def client_table(ctx: ServerContext) -> list[dict[str, Any]]:
-    """Per-client sizes and label histograms (written to ``clients.json``)."""
+    """Per-client sizes, label histograms and domains (written to ``clients.json``).
+
+    ``domain`` is the partition's description of the client: ``id hosp_A`` for
+    the natural id a ``natural_id`` partition gave it, a transform for a
+    domain-shift partition; absent when the partition describes none.
+    """
     data = ctx.data
     meta = data.dataset.meta
     dropped = dropped_rows(meta)
@@ -70,6 +81,8 @@ def client_table(ctx: ServerContext) -> list[dict[str, Any]]:
             ).tolist()
         if client.columns is not None:
             row["columns"] = client.columns.tolist()
+        if "domain" in client.extra:  # its natural id (site name...) or domain shift
+            row["domain"] = str(client.extra["domain"])
         if dropped is not None:  # a user table: how many of its rows ``missing:`` dropped
             row["dataset_dropped_rows"] = dropped
         if registry.name_of(attack) != "none":  # ``clients.attack``: who attacks
@@ -163,24 +176,20 @@ def _run_clock(recorder: Recorder) -> RunClock:
 
 
 def checked_strategy(scenario: Scenario) -> Strategy:
-    """The scenario's strategy; one that cannot checkpoint is refused when checkpoints are asked."""
+    """The scenario's strategy; one that cannot checkpoint is refused when checkpoints are asked.
+
+    Validation refuses it already from the strategy's class; the built
+    instance is what finally decides.
+    """
     strategy: Strategy = registry.build(
         "strategy", scenario.component("strategy"), scenario=scenario
     )
     if scenario.checkpoint.every and not strategy.checkpointing:
-        name = registry.name_of(scenario.component("strategy"))
-        from flowerbed.core.plugins import load_plugins
-
-        load_plugins()
-        able = [e.name for e in registry.entries("strategy")
-                if getattr(e.target, "checkpointing", False)]
-        raise ScenarioError(
-            [
-                f"checkpoint.every: strategy {name!r} does not save checkpoints "
-                f"(strategies that do: {', '.join(able)}); set checkpoint.every: 0"
-            ],
-            scenario.name,
-        )
+        problems = checkpoint_problems(scenario) or [
+            f"checkpoint.every: strategy {registry.name_of(scenario.strategy)!r} does not "
+            f"save checkpoints; set checkpoint.every: 0"
+        ]
+        raise ScenarioError(problems, scenario.name)
     return strategy
 
 
@@ -226,6 +235,8 @@ def _serve(grid: Grid, scenario: Scenario, recorder: Recorder) -> dict[str, Any]
         "versions": versions(),
         "run_dir": str(recorder.run_dir) if recorder.run_dir else None,
     }
+    if ctx.legend:
+        summary["legend"] = dict(ctx.legend)
     recorder.finish(summary)
     return summary
 

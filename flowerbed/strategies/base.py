@@ -39,6 +39,11 @@ class ServerContext:
     local_results: dict[int, Payload] | None = None
     #: Where the strategy saves its checkpoints, and the one a resumed run starts from.
     checkpoints: Checkpoints | None = None
+    #: What a row (``federated``, an ``extra_results`` source) or a metric of the
+    #: summary means, in a few words each (``pooled_oracle``: "quantile
+    #: regression on every client's rows pooled"); saved in ``summary.json``
+    #: under ``legend`` and printed under the summary table.
+    legend: dict[str, str] = field(default_factory=dict)
 
     def task_context(self, partition_id: int, message_type: str, server_round: int) -> TaskContext:
         """The context a client would get for this message (same seed, same state folder)."""

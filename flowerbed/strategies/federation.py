@@ -149,19 +149,19 @@ class Federation:
         if self.virtual:
             self._connect_workers(messages, timeout)
             return
-        failures: list[str] = []
+        failures: dict[int, str] = {}
         node_of: dict[int, int] = {}
         pid_of: dict[int, int] = {}
         for reply in self.grid.send_and_receive(messages, timeout=timeout):
             node = _sender(reply, messages)
             if reply.has_error():
-                failures.append(f"node {node}: {reply.error.reason}")
+                failures[node] = _short_reason(reply.error.reason or "")
                 continue
             pid = int(Payload.from_record(reply.content).config[keys.PARTITION_ID])
             node_of[pid], pid_of[node] = node, pid
         self.node_of, self.pid_of = node_of, pid_of
         if failures:
-            raise RoundFailedError("client setup failed: " + "; ".join(failures))
+            raise RoundFailedError(setup_failure(failures, len(messages)))
         missing = set(range(self.scenario.num_clients)) - set(self.node_of)
         if missing:
             raise RoundFailedError(
@@ -171,15 +171,16 @@ class Federation:
 
     def _connect_workers(self, messages: list[Message], timeout: float) -> None:
         """Virtual clients: every worker node set up once; every client reachable through them."""
-        failures, workers = [], []
+        failures: dict[int, str] = {}
+        workers: list[int] = []
         for reply in self.grid.send_and_receive(messages, timeout=timeout):
             node = _sender(reply, messages)
             if reply.has_error():
-                failures.append(f"worker node {node}: {reply.error.reason}")
+                failures[node] = _short_reason(reply.error.reason or "")
             else:
                 workers.append(node)
         if failures:
-            raise RoundFailedError("client setup failed: " + "; ".join(failures))
+            raise RoundFailedError(setup_failure(failures, len(messages)))
         if not workers:
             raise RoundFailedError("no worker node answered setup")
         n = self.scenario.num_clients
@@ -361,6 +362,29 @@ def _sender(reply: Message, sent: Iterable[Message]) -> int:
         if msg.metadata.message_id == to:
             return int(msg.metadata.dst_node_id)
     return int(reply.metadata.src_node_id)
+
+
+def setup_failure(failures: Mapping[int, str], asked: int) -> str:
+    """One line for the nodes whose client could not be set up: each reason once, with its nodes.
+
+    Examples
+    --------
+    >>> setup_failure({1: "ValueError: no model", 2: "ValueError: no model"}, 2)
+    'client setup failed on 2 of 2 nodes: ValueError: no model'
+    >>> setup_failure({1: "A", 3: "B", 4: "A"}, 4)
+    'client setup failed on 3 of 4 nodes: A (nodes 1, 4); B (node 3)'
+    """
+    by_reason: dict[str, list[int]] = {}
+    for node, reason in sorted(failures.items()):
+        by_reason.setdefault(reason, []).append(node)
+    head = f"client setup failed on {len(failures)} of {asked} nodes: "
+    if len(by_reason) == 1 and len(failures) == asked:
+        return head + next(iter(by_reason))
+    parts = [
+        f"{reason} (node{'s' if len(nodes) > 1 else ''} {', '.join(map(str, nodes))})"
+        for reason, nodes in by_reason.items()
+    ]
+    return head + "; ".join(parts)
 
 
 _FLOWER_REASON = re.compile(r"<class '([^']*)'>:<'(.*)'>?", re.DOTALL)

@@ -41,6 +41,10 @@ class FlowerGridView(DelegatingGrid):
     the caller, picks the same partitions every run), replies come back in
     partition-id order (so aggregation sums in a fixed order), replies with
     non-finite values are dropped as failed, and every phase is recorded.
+    An ``evaluate`` reply that evaluated nothing (a client without local test
+    rows: no metrics, ``num_examples`` 0) is left out of what Flower
+    aggregates, and recorded as ``empty_clients``: Flower refuses to average
+    metric records whose keys differ, and such a reply would weigh 0 anyway.
     """
 
     def __init__(self, federation: Federation) -> None:
@@ -108,7 +112,11 @@ class FlowerGridView(DelegatingGrid):
                 for m in raw
                 if (n := _sender(m, messages)) in self.fed.pid_of
             }
-        keep = [p for p in sorted(by_pid) if p in replies.ok or by_pid[p].has_error()]
+        empty = set(replies.empty()) if message_type.startswith("evaluate") else set()
+        keep = [
+            p for p in sorted(by_pid)
+            if (p in replies.ok and p not in empty) or by_pid[p].has_error()
+        ]
         self.replied = {by_pid[p].metadata.message_id: p for p in keep}
         return [by_pid[p] for p in keep]
 

@@ -109,4 +109,8 @@ class OneShotAverage(Strategy):
         ctx.recorder.metrics(1, "evaluate", {f"local_test/{k}": v for k, v in shared.items()})
         ctx.recorder.metrics(1, "personalized_eval", {f"local_test/{k}": v for k, v in own.items()})
         ctx.extra_results["personalized"] = {f"local_test/{k}": v for k, v in own.items()}
+        ctx.legend["personalized"] = (
+            "each client's own model on its held-out rows (local_test/ metrics), mean over "
+            "clients"
+        )
         return {f"local_test/{k}": v for k, v in shared.items()}

@@ -204,9 +204,11 @@ def test_csv_and_parquet_tables(tmp_path):
     frame.to_csv(tmp_path / "t.csv", index=False)
     frame.to_parquet(tmp_path / "t.parquet")
     for kind, file in [("csv", "t.csv"), ("parquet", "t.parquet")]:
+        with pytest.raises(DataSourceError, match=r"column 'note' .* is not numeric"):
+            build_dataset(kind, path=str(tmp_path / file), target="label", group="site")
         data = build_dataset(kind, path=str(tmp_path / file), target="label", group="site",
-                             standardize=False)
-        assert data.meta.feature_names == ("a", "b")  # non-numeric 'note' skipped
+                             standardize=False, drop_non_numeric=True)
+        assert data.meta.feature_names == ("a", "b")  # text column 'note' left out, as asked
         assert data.meta.class_names == ("cat", "dog")
         assert len(data.y_train) == 30 and len(data.groups_train) == 30
         assert np.allclose(data.x_train[:, 1], data.x_train[:, 0] ** 2)

@@ -33,6 +33,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("flowerbed")
 
 
+#: What each row of an FQR run's summary is (``ServerContext.legend``).
+ARMS = {
+    "federated": "FQR: the clients' one-shot fits combined by minimum-variance weights",
+    "pooled_oracle": "quantile regression on every client's rows pooled (not federated)",
+    "naive_average": "each coefficient averaged over the clients that observe it, unweighted "
+    "(Naive-OSFL)",
+    "local_alone": "each client's own fit, unobserved features as 0, mean over clients",
+    "fqr_identity": "FQR with equal (identity) weights instead of minimum-variance ones",
+    "fedavg_pinball": "iterative FedAvg on the smoothed pinball loss (its comm/ columns: "
+    "bytes per client, rounds to match FQR's pinball loss)",
+}
+
+
 class FqrParams(Params):
     """Quantile grid, weighting, and the iterative baseline's budget."""
 
@@ -126,6 +139,7 @@ class FqrStrategy(Strategy):
         taus = np.array(p.taus)
         ds = ctx.data.dataset
         d = ds.meta.num_features
+        ctx.legend.update(ARMS)
         replies = fed.ask(K.FIT_MESSAGE, Payload(config={K.TAUS: list(p.taus)}), server_round=1)
         pids, fits = collect_fits(replies, ctx)
         ens = fqr.ensemble(fits, d, p.weighting, sigma_correction=p.sigma_correction)
@@ -135,6 +149,11 @@ class FqrStrategy(Strategy):
         lo, hi = ens.ci()
         if truth is not None:
             out["test/ci_coverage"] = float(np.mean((lo <= truth) & (truth <= hi)))
+            ctx.legend["test/ci_coverage"] = (
+                f"share of the {truth.size} true coefficients (every tau) inside FQR's 95% "
+                f"Wald intervals: nominal 0.95; one run's share is noisy, the Monte-Carlo "
+                f"coverage is in docs/methods/fqr.md"
+            )
         up = float(np.mean([payload_bytes(replies.ok[pid]) for pid in pids]))
         out["comm/bytes_per_client"] = up
         ctx.recorder.metrics(1, "fqr", out)

@@ -66,6 +66,12 @@ class SlotAlignStrategy(Strategy):
         ctx.recorder.metrics(1, "align", {**info, **align})
         ready = sorted(stats)
         tau_eval = p.tau_max if p.tau_eval is None else p.tau_eval
+        ctx.legend.update({
+            "federated": f"SLOT-Align: aligned features, tau schedule {p.tau_mode} "
+            f"({p.tau_min:g} to {p.tau_max:g}), evaluated at tau={tau_eval:g}",
+            "no_align": "the same pipelines without alignment (tau = 0)",
+            **{f"tau={t:g}": f"aligned, tau fixed at {t:g}" for t in p.compare_taus},
+        })
         final = self._variant(fed, ctx, ready, pca, maps,
                               sa.tau_schedule(p.tau_mode, p.tau_min, p.tau_max, p.local_epochs),
                               tau_eval, "aligned")

@@ -18,6 +18,17 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def node_count(text: str) -> int:
+    """``--nodes``: a whole number of SuperNodes, at least one (argparse's one-line error else)."""
+    try:
+        nodes = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if nodes < 1:
+        raise argparse.ArgumentTypeError(f"needs at least 1 SuperNode, got {nodes}")
+    return nodes
+
+
 def usage_text(dep: LocalDeployment) -> str:
     """What to tell the user once the deployment is up."""
     home = f" --set engine.flwr_home={dep.flwr_home}" if dep.flwr_home else ""
@@ -91,7 +102,7 @@ def add_commands(subparsers: Any, commands: dict[str, Any]) -> None:
     p = subparsers.add_parser("deploy", help="Flower deployments (local processes, compose)")
     sub = p.add_subparsers(dest="deploy_command", required=True)
     local = sub.add_parser("local", help="SuperLink + N SuperNodes on loopback until Ctrl-C")
-    local.add_argument("--nodes", type=int, default=2)
+    local.add_argument("--nodes", type=node_count, default=2, help="SuperNodes to start (>= 1)")
     local.add_argument(
         "--tls",
         metavar="CERTDIR",
@@ -107,7 +118,7 @@ def add_commands(subparsers: Any, commands: dict[str, Any]) -> None:
     local.add_argument("--state-dir", default=None, help="logs and service homes (kept)")
     local.add_argument("--timeout", type=float, default=120.0, help="start-up timeout (s)")
     compose = sub.add_parser("compose", help="write docker compose files for N SuperNodes")
-    compose.add_argument("--nodes", type=int, default=2)
+    compose.add_argument("--nodes", type=node_count, default=2, help="SuperNodes (>= 1)")
     compose.add_argument(
         "--out", default="docker/compose.yml",
         help="compose file, or a folder for compose.yml (with-tls.yml goes beside it)",

@@ -2,7 +2,15 @@
 
 ``compose.yml`` holds the insecure topology; ``with-tls.yml`` is an overlay
 (``docker compose -f compose.yml -f with-tls.yml up``) that swaps in TLS
-commands and mounts the certificates made by ``docker/make-certs.sh``.
+commands and mounts the certificates made by ``docker/make-certs.sh``;
+``with-runs.yml`` mounts the host's output folder into the ServerApp's
+SuperExec, so the whole run folder lands on the host. The files use only what
+Compose v1 (``docker-compose``) and v2 (``docker compose``) both read.
+
+Image names, the SuperLink's host address and port come from the environment
+(with Flower's images and loopback as defaults): the flowerbed image serves
+every role when ``SUPERLINK_IMAGE`` and ``SUPERNODE_IMAGE`` name it, because
+each service names its entry point.
 
 Compose resolves a relative path against the folder of the (first) compose
 file, so :func:`write_compose` writes the build context (the project root,
@@ -26,7 +34,19 @@ from flowerbed.platform.deploy.topology import (
     supernode_args,
 )
 
-FLWR_TAG = "${FLWR_VERSION:-1.42.0}-py3.11-ubuntu24.04"
+#: The Flower release of the images; it must equal the ``flwr`` pin in pyproject.toml.
+FLWR_VERSION = "1.42.0"
+FLWR_TAG = f"{FLWR_VERSION}-py3.11-ubuntu24.04"
+#: Environment variables naming each role's image (Compose v1 cannot nest ``${}``).
+IMAGE_VARS = {
+    "superlink": ("SUPERLINK_IMAGE", f"flwr/superlink:{FLWR_TAG}"),
+    "supernode": ("SUPERNODE_IMAGE", f"flwr/supernode:{FLWR_TAG}"),
+    "superexec": ("SUPEREXEC_IMAGE", "flowerbed-superexec:latest"),
+}
+#: The SuperLink's published port: loopback unless ``SUPERLINK_BIND`` says otherwise.
+PUBLISHED = "${SUPERLINK_BIND:-127.0.0.1}:${SUPERLINK_PORT:-9091}"
+#: Every service: no usage statistics sent to Flower.
+NO_TELEMETRY = {"FLWR_TELEMETRY_ENABLED": "0"}
 LINK_PORT = 9091
 NODE_PORT = 9094
 ANCHOR = "x-flowerbed-superexec"
@@ -72,12 +92,19 @@ def superexec_template(context: str = "..") -> dict[str, Any]:
     ``context`` is the project root as seen from the compose file's folder.
     """
     return {
-        "image": "flowerbed-superexec:latest",
+        "image": image("superexec"),
         "build": {"context": context, "dockerfile": DOCKERFILE},
+        "entrypoint": ["flower-superexec"],
         "restart": "on-failure:3",
         "stop_signal": "SIGINT",
-        "environment": {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"},
+        "environment": {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", **NO_TELEMETRY},
     }
+
+
+def image(role: str) -> str:
+    """``${SUPERLINK_IMAGE:-flwr/superlink:...}``: the image of ``role``, set by environment."""
+    var, default = IMAGE_VARS[role]
+    return f"${{{var}:-{default}}}"
 
 
 def node(i: int) -> str:
@@ -89,9 +116,11 @@ def base_services(nodes: int) -> dict[str, Any]:
     """Services of the insecure topology (SuperExecs get the anchor merge later)."""
     services: dict[str, Any] = {
         "superlink": {
-            "image": f"flwr/superlink:{FLWR_TAG}",
+            "image": image("superlink"),
+            "entrypoint": ["flower-superlink"],
             "command": superlink_args("0.0.0.0", LINK_PORT),
-            "ports": [f"{LINK_PORT}:{LINK_PORT}"],
+            "environment": dict(NO_TELEMETRY),
+            "ports": [f"{PUBLISHED}:{LINK_PORT}"],
         },
         "superexec-serverapp": {
             "command": superexec_args(f"superlink:{LINK_PORT}"),
@@ -100,10 +129,12 @@ def base_services(nodes: int) -> dict[str, Any]:
     }
     for i in range(nodes):
         services[node(i)] = {
-            "image": f"flwr/supernode:{FLWR_TAG}",
+            "image": image("supernode"),
+            "entrypoint": ["flower-supernode"],
             "command": supernode_args(
                 f"superlink:{LINK_PORT}", "0.0.0.0", NODE_PORT + i, (i, nodes)
             ),
+            "environment": dict(NO_TELEMETRY),
             "depends_on": ["superlink"],
         }
         services[f"superexec-clientapp-{i}"] = {
@@ -177,6 +208,23 @@ def tls_overlay_yaml(nodes: int, certdir: str = "./certs") -> str:
     return dump({"services": tls_services(nodes), "secrets": secrets}, nodes)
 
 
+def runs_overlay_yaml(nodes: int) -> str:
+    """``with-runs.yml``: the host folder ``$FLOWERBED_RUNS`` mounted at the same path.
+
+    The ServerApp writes the run folder its caller names (an absolute host path), so
+    the mount keeps that path; it runs as ``$FLOWERBED_RUNS_USER`` (``uid:gid``, the
+    owner of the folder) with ``HOME=/tmp``, where any user may write.
+    """
+    runs = "${FLOWERBED_RUNS:?set FLOWERBED_RUNS to the absolute output folder}"
+    user = "${FLOWERBED_RUNS_USER:?set FLOWERBED_RUNS_USER to uid:gid of that folder}"
+    service = {
+        "user": user,
+        "environment": {"HOME": "/tmp"},
+        "volumes": [f"{runs}:${{FLOWERBED_RUNS}}"],
+    }
+    return dump({"services": {"superexec-serverapp": service}}, nodes)
+
+
 def compose_path(out: str | Path) -> Path:
     """The compose file ``out`` names: ``out`` itself, or ``compose.yml`` in folder ``out``."""
     path = Path(out)
@@ -191,7 +239,7 @@ def write_compose(
     project: str | Path | None = None,
     certs: str | Path | None = None,
 ) -> list[Path]:
-    """Write the compose file and ``with-tls.yml`` beside it; return both paths.
+    """Write the compose file, ``with-tls.yml`` and ``with-runs.yml`` beside it; return them.
 
     Parameters
     ----------
@@ -225,7 +273,8 @@ def write_compose(
     path = compose_path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     certdir = Path(certs) if certs is not None else root / CERTS_DIR
-    overlay = path.with_name("with-tls.yml")
+    overlay, runs = path.with_name("with-tls.yml"), path.with_name("with-runs.yml")
     path.write_text(compose_yaml(nodes, relative_to(root, path.parent)))
     overlay.write_text(tls_overlay_yaml(nodes, relative_to(certdir, path.parent)))
-    return [path, overlay]
+    runs.write_text(runs_overlay_yaml(nodes))
+    return [path, overlay, runs]

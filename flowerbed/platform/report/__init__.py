@@ -17,6 +17,12 @@ a folder of runs (a sweep, or ``runs/<scenario>/``) and writes, under
   table in ``report.md`` and ``clients_<metric>.png`` (a bar per client, the
   mean over clients and the centralized value); ``runs/<run>_clients...`` in a sweep.
 
+With ``--compare FIELD=A,B`` (or ``--compare FIELD --reference X``) the report
+pairs runs that differ only in that scenario field and writes
+``comparisons.csv``, ``comparisons.json`` and ``comparisons_<metric>.png``
+instead (:mod:`.compare`; the statistics are
+:mod:`flowerbed.algorithms.paired_stats`).
+
 A run killed before its ``summary.json`` is reported from ``metrics.jsonl``
 at its last evaluated round, its source marked ``(partial: round r of R)``.
 The printed summary (:mod:`.summary_table`, also ``flowerbed run``'s) never

@@ -16,6 +16,7 @@ from flowerbed.platform.report.plots import (
     plot_curves,
     plot_phases,
     plot_run,
+    readable_group,
 )
 from flowerbed.platform.report.runs import REPORT_DIR, RunInfo, find_runs
 from flowerbed.platform.report.tables import (
@@ -27,6 +28,7 @@ from flowerbed.platform.report.tables import (
     client_table,
     default_group_by,
     default_metrics,
+    group_label,
     markdown_table,
     metric_key,
     run_rows,
@@ -71,6 +73,7 @@ def build_report(
     shown = _shown(runs)
     chosen = [metric_key(m) for m in metrics] or default_metrics(shown)
     keys = list(group_by) or default_group_by(runs)
+    _check_asked(shown, [metric_key(m) for m in metrics], list(group_by))
     root = Path(path)
     return Report(
         root,
@@ -81,6 +84,49 @@ def build_report(
         summary_rows(shown, chosen, keys),
         clients={r.name: client_table(r.clients) for r in runs if r.ok and r.clients},
     )
+
+
+class ReportInputError(ValueError):
+    """A ``--metric`` or ``--group-by`` no run has: one line with the known ones."""
+
+
+def _check_asked(runs: Sequence[RunInfo], metrics: list[str], keys: list[str]) -> None:
+    """Refuse a metric or grouping key that none of ``runs`` has (a typo), naming what they have.
+
+    Nothing is checked without runs to show (every one failed): the report
+    then says so itself.
+    """
+    if not runs:
+        return
+    have = sorted({k for r in runs for values in r.final().values() for k in values})
+    for metric in metrics:
+        if metric not in have:
+            raise ReportInputError(_unknown("--metric", metric, have))
+    fields = sorted({k for r in runs for k in (*_dotted(r.scenario), *r.overrides)} | {"run"})
+    for key in keys:
+        if key not in fields:
+            raise ReportInputError(_unknown("--group-by", key, fields))
+
+
+def _unknown(option: str, given: str, known: list[str]) -> str:
+    """``--metric test/f1: no run has it (did you mean ...?); known: ...``."""
+    import difflib
+
+    close = difflib.get_close_matches(given, known, n=1)
+    mean = f" (did you mean {close[0]!r}?)" if close else ""
+    shown = known if len(known) <= 40 else [*known[:40], f"... {len(known) - 40} more"]
+    return f"{option} {given!r}: no run has it{mean}; known: {', '.join(shown)}"
+
+
+def _dotted(data: Any, prefix: str = "") -> list[str]:
+    """Every dotted key path of a nested mapping (``strategy.name``, ``strategy``...)."""
+    if not isinstance(data, dict):
+        return []
+    found = []
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        found += [path, *_dotted(value, f"{path}.")]
+    return found
 
 
 def _shown(runs: Sequence[RunInfo]) -> list[RunInfo]:
@@ -128,7 +174,8 @@ def write_plots(report: Report) -> list[Path]:
             written += [target] if plot_run(run, metric, target) else []
         if plot_curves(done, metric, report.keys, out / f"curves_{tag}.png"):
             written.append(out / f"curves_{tag}.png")
-        if plot_bars(report.summary_table, metric, out / f"bars_{tag}.png"):
+        names = {group_label(r, report.keys): readable_group(r, report.keys) for r in shown}
+        if plot_bars(report.summary_table, metric, out / f"bars_{tag}.png", names):
             written.append(out / f"bars_{tag}.png")
     for run in shown:
         written += write_phase_plots(report, run) + write_client_plots(report, run)

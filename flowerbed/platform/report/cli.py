@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from flowerbed.platform.report.build import Report, build_report, write_report
+from flowerbed.platform.report.build import Report, ReportInputError, build_report, write_report
 from flowerbed.platform.report.plots import _pyplot
 from flowerbed.platform.report.tables import _pm
 
@@ -50,8 +50,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     try:
         report = build_report(args.path, args.metric, args.group_by)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ReportInputError) as exc:
         print(exc, file=sys.stderr)
+        return 2
+    for problem in (p for run in report.runs for p in run.problems):
+        print(f"warning: {problem}", file=sys.stderr)
+    if args.compare is not None:
+        return cmd_compare(args, report)
+    if args.reference is not None or args.better:
+        print("--reference and --better go with --compare", file=sys.stderr)
         return 2
     files = write_report(report, plots=not args.no_plots)
     print(render(report_grid(report), args.format))
@@ -67,6 +74,41 @@ def cmd_report(args: argparse.Namespace) -> int:
         console.print("no plots: matplotlib is not installed (pip install matplotlib)")
     console.print(f"wrote {len(files)} files to {_esc(str(report.out_dir))}", soft_wrap=True)
     return 0
+
+
+def cmd_compare(args: argparse.Namespace, report: Report) -> int:
+    """``--compare``: paired comparisons printed (``--format``) and written under ``report/``."""
+    from rich.console import Console
+
+    from flowerbed.platform.report.compare import CompareError, comparisons, write_comparisons
+    from flowerbed.platform.report.compare_table import render_comparisons
+
+    try:
+        better = _better(args.better)
+        result = comparisons(report.runs, args.compare, report.metrics, args.reference, better)
+        files = write_comparisons(result, report.out_dir, plots=not args.no_plots)
+    except (CompareError, ImportError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(render_comparisons(result, args.format))
+    console = Console(stderr=args.format != "table")
+    for note in result.notes:
+        console.print(_esc(note), highlight=False, soft_wrap=True)
+    console.print(f"wrote {len(files)} files to {_esc(str(report.out_dir))}", soft_wrap=True)
+    return 0
+
+
+def _better(items: list[str]) -> dict[str, str]:
+    """``--better loss=lower`` options as ``{"loss": "lower"}``."""
+    from flowerbed.platform.report.compare import CompareError
+
+    out = {}
+    for item in items:
+        metric, _, way = item.partition("=")
+        if way not in ("higher", "lower") or not metric:
+            raise CompareError(f"--better {item}: write METRIC=higher or METRIC=lower")
+        out[metric] = way
+    return out
 
 
 Command = Callable[[argparse.Namespace], int]
@@ -90,6 +132,20 @@ def add_commands(subparsers: Any, commands: dict[str, Command]) -> None:
         help="dotted scenario key grouping runs (repeatable; default: swept keys except seed)",
     )
     p.add_argument("--no-plots", action="store_true", help="tables only")
+    p.add_argument(
+        "--compare", metavar="FIELD=A,B",
+        help="paired comparison of runs differing only in a scenario field (dotted, e.g. "
+        "strategy.name=fedprox,fedavg, or FIELD with --reference): differences with 95%% "
+        "CIs, paired tests, Holm-adjusted p, verdicts; writes report/comparisons.*",
+    )
+    p.add_argument(
+        "--reference", metavar="X",
+        help="with --compare FIELD: compare every other value of FIELD with X",
+    )
+    p.add_argument(
+        "--better", action="append", default=[], metavar="METRIC=higher|lower",
+        help="which way a metric is better, where its name does not say (repeatable)",
+    )
     add_format_option(p)
     commands["report"] = cmd_report
 

@@ -10,12 +10,13 @@ PNG per ``<split>/<metric>`` with a line per phase, so arms of a method
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
 from flowerbed.platform.report.runs import RunInfo
-from flowerbed.platform.report.tables import _fmt_value, _number, group_label, mean_std
+from flowerbed.platform.report.tables import _number, group_value, mean_std
 
 #: Round series preferred for a metric's curve, most global first.
 CURVE_PREFIXES = ("server_eval/test/", "evaluate/local_test/", "evaluate/test/")
@@ -128,7 +129,7 @@ def plot_run(run: RunInfo, metric: str, path: Path) -> bool:
 
 def _run_title(run: RunInfo) -> str:
     """``<scenario> · <run folder> <swept key>=<value>...`` (and how far a partial run got)."""
-    where = " ".join(f"{k}={_fmt_value(v)}" for k, v in run.overrides.items())
+    where = " ".join(f"{k}={readable(v)}" for k, v in run.overrides.items())
     note = f"(partial: {run.progress_note()})" if run.partial else ""
     return " ".join(p for p in (f"{run.scenario.get('name', '')} · {run.name}", where, note) if p)
 
@@ -184,8 +185,35 @@ def _group_curves(
     for run in runs:
         found = curve(run.rows, metric)
         if found is not None:
-            groups.setdefault(group_label(run, keys), []).append(found[1])
+            groups.setdefault(readable_group(run, keys), []).append(found[1])
     return groups
+
+
+def readable(value: Any) -> str:
+    """A swept value as a legend shows it: a component block by its name and settings.
+
+    Examples
+    --------
+    >>> readable({"name": "fedprox", "proximal_mu": 0.1, "fraction_evaluate": 0.0})
+    'fedprox (proximal_mu=0.1, fraction_evaluate=0)'
+    >>> readable({"name": "fedavg"}), readable([32, 16]), readable({"alpha": 0.5})
+    ('fedavg', '[32, 16]', '(alpha=0.5)')
+    """
+    if isinstance(value, dict):
+        inner = ", ".join(f"{k}={readable(v)}" for k, v in value.items() if k != "name")
+        if "name" in value:
+            return f"{value['name']} ({inner})" if inner else str(value["name"])
+        return f"({inner})"
+    if isinstance(value, list):
+        return "[" + ", ".join(readable(v) for v in value) + "]"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def readable_group(run: RunInfo, keys: Sequence[str]) -> str:
+    """:func:`.tables.group_label` as a legend reads it: ``strategy=fedprox (proximal_mu=0.1)``."""
+    return " ".join(f"{k}={readable(group_value(run, k))}" for k in keys) or "all"
 
 
 def plot_curves(runs: Sequence[RunInfo], metric: str, keys: Sequence[str], path: Path) -> bool:
@@ -208,8 +236,13 @@ def plot_curves(runs: Sequence[RunInfo], metric: str, keys: Sequence[str], path:
     return True
 
 
-def plot_bars(rows: Sequence[dict[str, Any]], metric: str, path: Path) -> bool:
-    """Plot final ``metric`` per group (x) and source (bars), with std error bars."""
+def plot_bars(
+    rows: Sequence[dict[str, Any]], metric: str, path: Path, names: dict[str, str] | None = None
+) -> bool:
+    """Plot final ``metric`` per group (x) and source (bars), with std error bars.
+
+    ``names`` maps a row's ``group`` to the tick label shown (:func:`readable_group`).
+    """
     plt = _pyplot()
     if plt is None or not rows:
         return False
@@ -224,11 +257,14 @@ def plot_bars(rows: Sequence[dict[str, Any]], metric: str, path: Path) -> bool:
         xs = [i + (j - (len(sources) - 1) / 2) * width for i in range(len(groups))]
         errs = [0.0 if math.isnan(s) else s for s in stds]
         ax.bar(xs, means, width, yerr=errs, capsize=3, label=source, color=f"C{j}")
-    ax.set_xticks(range(len(groups)), groups, rotation=15 if len(groups) > 3 else 0, fontsize=8)
+    # Wrapped so that neighbouring groups' labels do not run into each other.
+    ticks = ["\n".join(textwrap.wrap((names or {}).get(g, g), 26)) for g in groups]
+    ax.set_xticks(range(len(groups)), ticks, rotation=15 if len(groups) > 3 else 0, fontsize=8)
     ax.set_ylabel(metric)
     ax.set_title(f"final {metric} (mean ± std)", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=len(sources))
+    below = 0.06 + 0.045 * max(t.count("\n") + 1 for t in ticks)  # under the tick labels
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -below), ncol=len(sources))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -292,3 +328,40 @@ def _headroom(ax: Any, values: Sequence[float]) -> None:
     lo, hi = ax.get_ylim()
     pad = 0.06 * ((max(hi, *finite) - min(lo, *finite)) or 1.0)
     ax.set_ylim(min(lo, min(finite) - pad) if min(finite) < 0 else lo, max(hi, max(finite) + pad))
+
+
+#: Forest-plot colour of each verdict.
+VERDICT_COLOURS = {"a better": "C2", "b better": "C3", "no difference shown": "C7"}
+
+
+def plot_forest(entries: Sequence[dict[str, Any]], field: str, metric: str, path: Path) -> bool:
+    """One row per comparison: mean paired difference (positive = a better) ± its 95 % CI.
+
+    A vertical line marks 0; a row's colour is its verdict. ``entries`` are
+    :func:`~flowerbed.platform.report.compare.comparisons`' entries of one metric.
+    """
+    plt = _pyplot()
+    if plt is None or not entries:
+        return False
+    fig, ax = plt.subplots(figsize=(7.0, 1.2 + 0.42 * len(entries)))
+    for i, e in enumerate(reversed(entries)):
+        low, high = e["mean_diff"] - e["ci_low"], e["ci_high"] - e["mean_diff"]
+        ax.errorbar(e["mean_diff"], i, xerr=[[low], [high]], fmt="o", capsize=4,
+                    color=VERDICT_COLOURS.get(e["verdict"], "C0"))
+    ax.set_yticks(range(len(entries)))
+    ax.set_yticklabels([f"{e['a']} vs {e['b']} (n={e['n']})" for e in reversed(entries)],
+                       fontsize=8)
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    way = entries[0]["direction"]
+    diff = "a - b" if way == "higher" else "b - a"
+    ax.set_xlabel(f"{diff} in {metric} ({way} is better; right of 0: a better)", fontsize=9)
+    ax.set_title(f"paired comparisons of {field}: mean difference and 95 % CI", fontsize=10)
+    handles = [plt.Line2D([], [], color=c, marker="o", linestyle="", label=v)
+               for v, c in VERDICT_COLOURS.items()
+               if any(e["verdict"] == v for e in entries)]
+    ax.legend(handles=handles, fontsize=8, loc="best")
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -86,6 +86,8 @@ class RunInfo:
     rows: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     clients: list[dict[str, Any]] = field(default_factory=list)
+    #: What could not be read (a corrupt summary, unparseable rows), one line each.
+    problems: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -173,26 +175,61 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _read_rows(path: Path, containing: str = "") -> list[dict[str, Any]]:
-    """JSON rows of a JSON-lines file; with ``containing``, only lines holding that text."""
+def _read_rows(
+    path: Path, containing: str = "", bad: list[int] | None = None
+) -> list[dict[str, Any]]:
+    """JSON rows of a JSON-lines file; with ``containing``, only lines holding that text.
+
+    Lines that are not a JSON object are skipped; their numbers (from 1) go
+    to ``bad`` when given.
+    """
     if not path.is_file():
         return []
     rows = []
-    for line in path.read_text().splitlines():
-        if containing not in line:
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        if containing not in line or not line.strip():
             continue  # cheaper than parsing the rows of every round of a long run
         try:
             row = json.loads(line)
         except ValueError:
-            continue  # a line cut by a crash
+            row = None  # garbage, or a line cut by a crash
         if isinstance(row, dict):
             rows.append(row)
+        elif bad is not None:
+            bad.append(number)
     return rows
 
 
-def metrics_rows(run_dir: Path) -> list[dict[str, Any]]:
-    """``metrics.jsonl``'s rows of a run folder (none when it has no such file)."""
-    return _read_rows(run_dir / METRICS_FILE)
+def metrics_rows(run_dir: Path, problems: list[str] | None = None) -> list[dict[str, Any]]:
+    """``metrics.jsonl``'s rows of a run folder (none when it has no such file).
+
+    With ``problems``, a line naming the unreadable lines is added to it.
+    """
+    bad: list[int] = []
+    rows = _read_rows(run_dir / METRICS_FILE, bad=bad)
+    if bad and problems is not None:
+        shown = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        problems.append(
+            f"{run_dir / METRICS_FILE}: {len(bad)} line(s) are not JSON rows, skipped "
+            f"(line {shown})"
+        )
+    return rows
+
+
+def _summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
+    """``summary.json`` of a run folder; ``None``, with a line in ``problems``, if unreadable."""
+    file = path / SUMMARY_FILE
+    if not file.exists():
+        return None
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        problems.append(f"{file}: unreadable ({type(exc).__name__}: {exc})")
+        return None
+    if not isinstance(data, dict):
+        problems.append(f"{file}: not a summary (a JSON {type(data).__name__}, not an object)")
+        return None
+    return data
 
 
 def local_client_rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -221,15 +258,17 @@ def load_run(path: Path) -> RunInfo:
     """Read a run folder; a run without ``summary.json`` comes back with its error."""
     scenario = _read_yaml(path / SCENARIO_FILE)
     point = _read_yaml(path / OVERRIDES_FILE)
-    summary = _read_json(path / SUMMARY_FILE)
+    problems: list[str] = []
+    summary = _summary(path, problems)
     error = None
     if summary is None:
         status = _read_json(path / STATUS_FILE) or {}
-        error = status.get("error") or "unfinished (no summary.json)"
+        unreadable = "unfinished or damaged (summary.json unreadable)" if problems else None
+        error = status.get("error") or unreadable or "unfinished (no summary.json)"
     overrides = (point or {}).get("overrides") or {}
-    rows = metrics_rows(path)
+    rows = metrics_rows(path, problems)
     return RunInfo(
-        path, scenario or {}, overrides, summary, rows, error, local_client_rows(path)
+        path, scenario or {}, overrides, summary, rows, error, local_client_rows(path), problems
     )
 
 
@@ -260,6 +299,10 @@ def find_runs(path: str | Path) -> list[RunInfo]:
     root = Path(path)
     if _is_run(root):
         return [load_run(root)]
+    if root.is_file():
+        raise FileNotFoundError(
+            f"{root}: a file; give a run folder (it holds {SCENARIO_FILE}) or a folder of runs"
+        )
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such folder")
     runs = [load_run(p) for p in _candidates(root) if p.is_dir() and _is_run(p)]

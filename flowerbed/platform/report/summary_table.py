@@ -25,7 +25,7 @@ import math
 import re
 import shutil
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -137,9 +137,12 @@ def base_source(label: str) -> str:
     return label.split(" (", 1)[0]
 
 
-def row_legend(sources: Sequence[str]) -> list[str]:
-    """``rows: federated = the strategy's result; ...`` for the rows present."""
-    bases = list(dict.fromkeys(base_source(s) for s in sources))
+def row_legend(sources: Sequence[str], described: Collection[str] = ()) -> list[str]:
+    """``rows: federated = the strategy's result; ...`` for the rows present.
+
+    Rows in ``described`` are left out: the strategy's own words follow.
+    """
+    bases = [s for s in dict.fromkeys(base_source(s) for s in sources) if s not in described]
     parts = [f"{s} = {ROW_MEANINGS[s]}" for s in bases if s in ROW_MEANINGS]
     others = [s for s in bases if s not in ROW_MEANINGS]
     if others:
@@ -147,6 +150,51 @@ def row_legend(sources: Sequence[str]) -> list[str]:
     if any(base_source(s) != s for s in sources):
         parts.append("partial = a run that stopped early, at its last evaluated round")
     return [f"rows: {'; '.join(parts)}"] if parts else []
+
+
+def declared_legend(
+    declared: Mapping[str, str],
+    sources: Sequence[str],
+    present: Sequence[str],
+    columns: Mapping[str, str],
+) -> list[str]:
+    """``name = meaning`` for each row or column shown that the strategy described.
+
+    ``declared`` is ``summary.json``'s ``legend`` (a source or a metric key
+    such as ``test/ci_coverage``, or its bare name, mapped to its meaning).
+    """
+    shown = [*sources, *((c, columns[c]) for c in present)]
+    lines = []
+    for item in shown:
+        name, key = item if isinstance(item, tuple) else (item, item)
+        text = declared.get(key) or declared.get(name)
+        if text:
+            lines.append(f"{name} = {text}")
+    return lines
+
+
+def empty_rows(
+    results: Mapping[str, Mapping[str, Any]], keys: Sequence[str], run_dir: str = "RUN_DIR"
+) -> list[str]:
+    """Why a row shows only ``-``: it has no value for these columns, but has others.
+
+    Examples
+    --------
+    >>> line, = empty_rows({"personalized": {"local_test/mse": 1.0}}, ["test/mse"])
+    >>> line.split(" (")[0]
+    'personalized: no value for these columns; it has local_test/mse'
+
+    """
+    lines = []
+    for source, values in results.items():
+        if keys and all(values.get(k) is None for k in keys) and values:
+            have = sorted(values)
+            shown = ", ".join(have[:6]) + (f" and {len(have) - 6} more" if len(have) > 6 else "")
+            lines.append(
+                f"{source}: no value for these columns; it has {shown} (show it with "
+                f"flowerbed report {run_dir} --metric {have[0]})"
+            )
+    return lines
 
 
 # --------------------------------------------------------------------------- grids
@@ -178,11 +226,15 @@ def run_grid(
         {"source": source, **{c: values.get(columns[c]) for c in present}}
         for source, values in results.items()
     ]
-    legend = metric_legend(present) + row_legend(list(results))
+    declared = summary.get("legend") or {}
+    legend = metric_legend(present) + row_legend(list(results), declared)
     from_rows = [c for c in present if columns[c] in logged]
     if from_rows:
         legend.append(f"{', '.join(from_rows)}: federated value at the last round "
                       "of metrics.jsonl")
+    legend += declared_legend(declared, list(results), present, columns)
+    where = str(summary.get("run_dir") or "RUN_DIR")
+    legend += empty_rows(results, [columns[c] for c in present], where)
     return SummaryGrid(
         title=f"{summary.get('scenario', '')} (seed {summary.get('seed')})",
         label_names=["source"],

@@ -9,6 +9,13 @@ as ``final/<source>/<split>/<metric>``. A single run goes to the experiment
 named after its scenario; every point of a sweep to the one named after the
 sweep.
 
+A run resumed with ``--resume`` continues its own MLflow run (found by the
+``flowerbed.run_dir`` tag, set back to ``RUNNING``, tagged
+``flowerbed.resumed_from_round``), so a killed and resumed run is one MLflow
+run that ends ``FINISHED``; the rounds computed again after the checkpoint
+are logged again at the same steps (MLflow keeps every value of a step; the
+later one is the resumed run's).
+
 ``mlflow_uri`` is a folder (a local file store, which MLflow 3 keeps only on
 request: the sink allows it while it opens the store) or any MLflow tracking
 URI (``sqlite:///…``, ``http://…``), passed on as given.
@@ -129,12 +136,28 @@ class MlflowSink:
         }
         if ctx.sweep is not None:
             tags["flowerbed.sweep"] = ctx.sweep
-        run = self.client.create_run(experiment_id, run_name=ctx.run_dir.name, tags=tags)
-        self.run_id: str = run.info.run_id
         self.interrupted = False
+        resumed = ctx.resumed_round is not None
+        previous = self._previous_run(experiment_id, tags) if resumed else None
+        if previous is not None:
+            self.run_id: str = previous
+            self.client.update_run(self.run_id, status="RUNNING")
+            self.client.set_tag(self.run_id, "flowerbed.resumed_from_round", ctx.resumed_round)
+            return
+        run = self.client.create_run(experiment_id, run_name=ctx.run_dir.name, tags=tags)
+        self.run_id = run.info.run_id
         params_ = [Param(k, v) for k, v in flat_params(ctx.scenario.to_dict()).items()]
         for batch in _chunks(params_, MAX_PARAMS_PER_BATCH):
             self.client.log_batch(self.run_id, params=batch)
+
+    def _previous_run(self, experiment_id: str, tags: dict[str, str]) -> str | None:
+        """The MLflow run this run folder started before it was killed (newest first)."""
+        folder = tags["flowerbed.run_dir"].replace("'", "\\'")
+        found = self.client.search_runs(
+            [experiment_id], filter_string=f"tags.`flowerbed.run_dir` = '{folder}'",
+            order_by=["attributes.start_time DESC"], max_results=1,
+        )
+        return str(found[0].info.run_id) if found else None
 
     def _experiment_id(self, name: str) -> str:
         """The experiment called ``name``, created if missing (a concurrent creator wins)."""

@@ -5,6 +5,9 @@ Written through ``torch.utils.tensorboard.SummaryWriter`` (it needs the
 one scalar per metric, tagged as ``metrics.jsonl`` names it
 (``<phase>/<split>/<metric>``, so TensorBoard groups the charts by phase),
 at step = round; flushed after every row, so a killed run's events are kept.
+A resumed run writes to the same folder with ``purge_step`` at the round after
+its checkpoint, so TensorBoard shows one log in which the rounds recomputed
+after the checkpoint appear once.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ class TensorBoardSink:
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = ctx.run_dir / TENSORBOARD_DIR
-        self.writer = SummaryWriter(log_dir=str(self.log_dir))
+        purge = None if ctx.resumed_round is None else ctx.resumed_round + 1
+        self.writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge)
 
     def row(self, row: dict[str, Any]) -> None:
         """Add one scalar per metric of a metrics row, at step = its round."""
