@@ -11,6 +11,12 @@ quickstart: setup
 test: setup
 	.venv/bin/python -m pytest -q; status=$$?; [ $$status -eq 5 ] && exit 0; exit $$status
 
+# Every shipped scenario run at the reduced settings of its '# test run:' header line
+# (about 15 min on two cores); not part of `make test`, whose budget is 25 minutes.
+.PHONY: test-scenarios
+test-scenarios: setup
+	FLOWERBED_SCENARIO_RUNS=1 .venv/bin/python -m pytest -q tests/test_scenarios_run.py
+
 lint: setup
 	.venv/bin/ruff check flowerbed tests benchmarks docs scripts
 	.venv/bin/mypy flowerbed
