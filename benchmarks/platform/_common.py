@@ -157,9 +157,13 @@ class TreeMemory:
     system's monotonic clock, so its timestamps compare with the driver's.
     """
 
-    def __init__(self, interval: float = 0.1, pss_every: float = 5.0) -> None:
+    def __init__(
+        self, interval: float = 0.1, pss_every: float = 5.0, root: int | None = None
+    ) -> None:
         self.interval = interval
         self.pss_every = pss_every
+        #: Root of the sampled tree (default: this process); sampling ends when it exits.
+        self.root = root
         self.samples: list[tuple[float, int, int]] = []  # (time, rss sum, processes)
         self.pss_samples: list[tuple[float, int]] = []
         self._proc: Any = None
@@ -180,7 +184,7 @@ class TreeMemory:
         import subprocess
 
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", _SAMPLER, str(os.getpid()), str(self.interval),
+            [sys.executable, "-c", _SAMPLER, str(self.root or os.getpid()), str(self.interval),
              str(self.pss_every)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -5,6 +5,9 @@ Ray workers import this module by name (the benchmarks put this folder on
 flowerbed's. The data file comes from the ``FLOWERBED_BENCH_DATA`` variable:
 an ``.npz`` with ``x<pid>`` / ``y<pid>`` per client and a ``hidden`` width,
 read once per worker process (flowerbed also caches its data per process).
+An optional ``model`` entry names the network (``mlp``, the default, or the
+CNNs ``lenet`` and ``simple_cnn``, written out here as a user would); the
+``FLOWERBED_BENCH_THREADS`` variable sets each worker's torch threads (1).
 """
 
 from __future__ import annotations
@@ -20,14 +23,47 @@ from flwr.clientapp import ClientApp
 from torch import nn
 
 DATA_ENV = "FLOWERBED_BENCH_DATA"
+THREADS_ENV = "FLOWERBED_BENCH_THREADS"
 
 
 @functools.cache
 def client_data() -> dict[str, np.ndarray]:
-    """All clients' arrays, loaded once per process; one torch thread per worker."""
-    torch.set_num_threads(1)
+    """All clients' arrays, loaded once per process; one torch thread per worker by default."""
+    torch.set_num_threads(int(os.environ.get(THREADS_ENV, "1")))
     with np.load(os.environ[DATA_ENV]) as npz:
         return {k: npz[k] for k in npz.files}
+
+
+def lenet(side: int, channels: int, out_features: int) -> nn.Module:
+    """The PyTorch tutorial's LeNet on ``channels x side x side`` rows."""
+    flat = 16 * (((side - 4) // 2 - 4) // 2) ** 2
+    return nn.Sequential(
+        nn.Unflatten(1, (channels, side, side)),
+        nn.Conv2d(channels, 6, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+        nn.Linear(flat, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
+        nn.Linear(84, out_features),
+    )
+
+
+def simple_cnn(side: int, channels: int, out_features: int) -> nn.Module:
+    """pfl-research's CIFAR-10 ``simple_cnn`` on ``channels x side x side`` rows."""
+    return nn.Sequential(
+        nn.Unflatten(1, (channels, side, side)),
+        nn.Conv2d(channels, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Flatten(),
+        nn.Linear(64 * ((side - 4) // 2) ** 2, 128), nn.ReLU(), nn.Linear(128, out_features),
+    )
+
+
+def model_for(data: dict[str, np.ndarray], in_features: int) -> nn.Module:
+    """The network the data file names (``mlp`` with ``hidden`` units when it names none)."""
+    name = str(data["model"]) if "model" in data else "mlp"
+    classes = int(data["num_classes"])
+    if name == "mlp":
+        return mlp(in_features, int(data["hidden"]), classes)
+    side = round((in_features / 3) ** 0.5)
+    return {"lenet": lenet, "simple_cnn": simple_cnn}[name](side, 3, classes)
 
 
 def mlp(in_features: int, hidden: int, out_features: int) -> nn.Module:
@@ -41,14 +77,13 @@ def train_local(
     state: OrderedDict[str, torch.Tensor],
     x: np.ndarray,
     y: np.ndarray,
-    hidden: int,
-    num_classes: int,
+    data: dict[str, np.ndarray],
     cfg: dict[str, float],
     seed: int,
 ) -> tuple[OrderedDict[str, torch.Tensor], float]:
     """Seeded mini-batch SGD with momentum: the work flowerbed's ``sgd`` learner does."""
     torch.manual_seed(seed)
-    model = mlp(x.shape[1], hidden, num_classes)
+    model = model_for(data, x.shape[1])
     model.load_state_dict(state, strict=True)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
@@ -83,9 +118,7 @@ def train(msg: Message, context: Context) -> Message:
     cfg = {k: float(v) for k, v in msg.content["config"].items()}  # type: ignore[arg-type]
     state = msg.content["arrays"].to_torch_state_dict()
     seed = 1000 * int(cfg["server-round"]) + pid
-    new_state, loss = train_local(
-        state, x, y, int(data["hidden"]), int(data["num_classes"]), cfg, seed
-    )
+    new_state, loss = train_local(state, x, y, data, cfg, seed)
     content = RecordDict(
         {
             "arrays": ArrayRecord(new_state),

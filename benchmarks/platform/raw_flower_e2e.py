@@ -33,10 +33,16 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--local-epochs", type=int, default=2)
     parser.add_argument("--ray-num-cpus", type=int, default=None)
+    parser.add_argument("--num-cpus", type=float, default=1.0,
+                        help="Ray CPUs per client (its torch threads: the integer part)")
+    parser.add_argument("--eval-every", type=int, default=1,
+                        help="server evaluation every N rounds (and the last)")
     args = parser.parse_args()
 
+    threads = str(max(1, int(args.num_cpus)))
     os.environ["FLOWERBED_BENCH_DATA"] = str(Path(args.data).resolve())
-    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["FLOWERBED_BENCH_THREADS"] = threads
+    os.environ["OMP_NUM_THREADS"] = threads
     os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
     sys.path.insert(0, str(HERE))
 
@@ -46,18 +52,21 @@ def main() -> int:
     from flwr.serverapp import Grid, ServerApp
     from flwr.serverapp.strategy import FedAvg
     from flwr.simulation import run_simulation
-    from raw_flower_app import client_data, mlp, train_app
+    from raw_flower_app import client_data, model_for, train_app
 
     data = client_data()
     num_nodes = sum(1 for k in data if k.startswith("y") and k[1:].isdigit())
-    hidden, classes = int(data["hidden"]), int(data["num_classes"])
     x_test = torch.as_tensor(data["x_test"], dtype=torch.float32)
     y_test = torch.as_tensor(data["y_test"], dtype=torch.int64)
     torch.manual_seed(0)
-    model = mlp(x_test.shape[1], hidden, classes)
+    model = model_for(data, x_test.shape[1])
     outcome: dict[str, float] = {}
 
-    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        # One line per round: when it ended, on the process's clock.
+        print(f"raw-round {server_round} {time.time() - STARTED:.3f}", flush=True)
+        if server_round % args.eval_every and server_round != args.rounds:
+            return None
         model.load_state_dict(arrays.to_torch_state_dict())
         with torch.no_grad():
             acc = float((model(x_test).argmax(1) == y_test).float().mean())
@@ -87,7 +96,7 @@ def main() -> int:
         init_args["num_cpus"] = args.ray_num_cpus
     run_simulation(
         server_app=app, client_app=train_app, num_supernodes=num_nodes,
-        backend_config={"client_resources": {"num_cpus": 1.0, "num_gpus": 0.0},
+        backend_config={"client_resources": {"num_cpus": args.num_cpus, "num_gpus": 0.0},
                         "init_args": init_args},  # type: ignore[dict-item]
     )
     del np

@@ -13,6 +13,10 @@ Usage::
     python benchmarks/platform/summary_identity.py --record   # before the change
     python benchmarks/platform/summary_identity.py            # after it: compare
     python benchmarks/platform/summary_identity.py --only fqr xtransfer
+    python benchmarks/platform/summary_identity.py --set engine.clients=virtual
+
+``--set`` adds overrides to every case: the same reference then shows that a
+setting which must not move a number (virtual clients) does not.
 """
 
 from __future__ import annotations
@@ -112,14 +116,14 @@ def _without_volatile(results: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_all(labels: list[str]) -> dict[str, Any]:
-    """Every case in ``labels``, in order, each in a fresh output folder."""
+def run_all(labels: list[str], extra: list[str] | None = None) -> dict[str, Any]:
+    """Every case in ``labels``, in order, each in a fresh output folder (``extra`` overrides)."""
     found: dict[str, Any] = {}
     for label in labels:
         scenario, overrides = CASES[label]
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
-            found[label] = run_case(scenario, overrides, Path(tmp))
+            found[label] = run_case(scenario, [*overrides, *(extra or [])], Path(tmp))
         status = "error" if "error" in found[label] else "ok"
         print(f"{label:20s} {status:5s} {time.perf_counter() - start:6.1f} s", flush=True)
     return found
@@ -146,9 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help="write the reference")
     parser.add_argument("--only", nargs="+", choices=sorted(CASES), help="run only these cases")
     parser.add_argument("--reference", type=Path, default=REFERENCE)
+    parser.add_argument("--set", dest="sets", action="append", default=[],
+                        help="an override added to every case (repeatable)")
     args = parser.parse_args(argv)
     labels = args.only or list(CASES)
-    fresh = run_all(labels)
+    if args.record and args.sets:
+        parser.error("--record writes the reference: run it without --set")
+    fresh = run_all(labels, args.sets)
     if args.record:
         old = json.loads(args.reference.read_text()) if args.reference.exists() else {}
         args.reference.parent.mkdir(parents=True, exist_ok=True)

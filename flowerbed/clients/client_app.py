@@ -23,6 +23,7 @@ from flowerbed.clients import attacks
 from flowerbed.clients.dp_mods import with_dp_mods
 from flowerbed.clients.learner import Learner, TaskContext, client_seed
 from flowerbed.clients.state import remove_client
+from flowerbed.clients.virtual import as_client
 from flowerbed.core import keys, registry
 from flowerbed.core.messages import Payload
 from flowerbed.core.registry import Params
@@ -233,6 +234,8 @@ class GenericClientApp(ClientApp):
         message_type = message.metadata.message_type
         if not validate_message_type(message_type):
             raise ValueError(f"Invalid message type: {message_type}")
+        # Virtual clients: this node answers for the client the message names.
+        message, context = as_client(message, context)
         with self._lifespan(context):
             # Client-side DP strategies: Flower's clipping mod around train messages.
             return with_dp_mods(message, context, handle)

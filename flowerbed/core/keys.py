@@ -26,3 +26,7 @@ RUN_NAME = "run-name"
 NODE_STATE_DIR = "state-dir"
 #: Deletes the client's state folder at the end of a run (``clients.keep_state: false``).
 STATE_CLEANUP = "query.state_cleanup"
+#: ``RecordDict`` entry naming the client a message is for, with virtual clients
+#: (:mod:`flowerbed.core.population`): a ``ConfigRecord`` of ``PARTITION_ID`` and
+#: ``NUM_PARTITIONS``, removed before the learner sees the message.
+VIRTUAL_CLIENT = "flowerbed-client"

@@ -82,6 +82,12 @@ class Engine(Params):
     flwr_home: str | None = Field(
         None, description="folder holding the CLI's config.toml (deployment engine)"
     )
+    clients: Literal["auto", "nodes", "virtual"] = Field(
+        "auto",
+        description="how clients map to Flower nodes (simulation, inline): nodes, one node per "
+        "client; virtual, a few worker nodes and the client id in each message; auto: virtual "
+        "above 1,000 clients (see flowerbed.core.population); deployment always uses nodes",
+    )
 
     @model_validator(mode="after")
     def _gpus_need_ray(self) -> Engine:
@@ -89,6 +95,15 @@ class Engine(Params):
             raise ValueError(
                 "engine.backend=process does not place clients on GPUs "
                 "(engine.client_resources.num_gpus > 0): use backend ray or auto"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _virtual_clients_simulated(self) -> Engine:
+        if self.name == "deployment" and self.clients == "virtual":
+            raise ValueError(
+                "engine.clients=virtual: a deployment keeps one SuperNode per client; "
+                "use clients: auto or nodes"
             )
         return self
 

@@ -134,7 +134,15 @@ def _key(scenario: Scenario) -> str:
 
 
 def federated_data(scenario: Scenario) -> FederatedData:
-    """Build (or fetch from this process's cache) the scenario's federated data."""
+    """Build (or fetch from this process's cache) the scenario's federated data.
+
+    A lazy partition (``iid_draw``, ``devices``, ...) gives data whose clients
+    are built on demand (:mod:`flowerbed.data.population`).
+    """
+    from flowerbed.data.population import is_lazy, population_data
+
+    if is_lazy(scenario):
+        return population_data(scenario)
     return _build(_key(scenario), scenario)
 
 

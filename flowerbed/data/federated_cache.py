@@ -16,9 +16,10 @@ invalidates its entries. Not cached, rebuilt in every process as before:
 partitions with per-client transforms (callables), partition or dataset
 subclasses with fields of their own (few-shot test splits), datasets carrying text, and
 components registered outside a discovered plugin module (a test or script
-defining its own dataset, whose source may change under the same name), and
-datasets reading a user's folder. A user's table file is part of the key by
-its size and modification time, so an edited CSV is read again.
+defining its own dataset, whose source may change under the same name). A
+user's table file is part of the key by its size and modification time, so
+an edited CSV is read again; a folder (Fashion-MNIST's idx files, an image
+folder) by the size and modification time of every file in it.
 """
 
 from __future__ import annotations
@@ -81,18 +82,15 @@ def _components(scenario: Scenario) -> list[tuple[str, str]]:
 
 
 def discovered(scenario: Scenario) -> bool:
-    """Whether the data may be cached: plugin components, and no user folder to read.
+    """Whether the data may be cached: components of a discovered plugin module.
 
     Components registered outside a discovered plugin module (a test or a
-    script) may change under the same name; a folder a user points to (images)
-    may change without its own stat changing. Single user files are cached,
-    keyed by their size and modification time (:func:`_user_files`).
+    script) may change under the same name. User files and folders are cached,
+    keyed by the size and modification time of each file (:func:`_user_files`).
     """
     from flowerbed.core.plugins import component_source
 
-    if any(component_source(kind, name) == "?" for kind, name in _components(scenario)):
-        return False
-    return not any(path.is_dir() for path in _paths(scenario))
+    return not any(component_source(kind, name) == "?" for kind, name in _components(scenario))
 
 
 def _paths(scenario: Scenario) -> list[Path]:
@@ -107,11 +105,17 @@ def _paths(scenario: Scenario) -> list[Path]:
 
 
 def _user_files(scenario: Scenario) -> list[str]:
-    """Identity of each user file the dataset reads (an edited table is a new key)."""
+    """Identity of each user file the dataset reads, every file of a folder included.
+
+    An edited, added or removed file gives a new key; a folder's own stat
+    does not change when a file inside it is rewritten, so its files are listed.
+    """
     out = []
     for path in _paths(scenario):
-        st = path.stat()
-        out.append(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}")
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            st = file.stat()
+            out.append(f"{file.resolve()}:{st.st_size}:{st.st_mtime_ns}")
     return out
 
 

@@ -26,7 +26,9 @@ import contextlib
 import importlib
 import logging
 import secrets
+import threading
 from collections.abc import Iterator
+from queue import Queue
 from typing import Any
 
 from flwr.app import Message
@@ -39,12 +41,27 @@ log = logging.getLogger(__name__)
 
 
 class IndexedLinkState(InMemoryLinkState):
-    """``InMemoryLinkState`` with a per-destination index of undelivered messages."""
+    """``InMemoryLinkState`` with a per-destination index of undelivered messages.
+
+    ``deliver_all`` hands out every undelivered message of a node at once,
+    whatever ``limit`` the caller gives. Flower's delivery loop asks each node
+    for one message per 0.1 s sweep, which is right for one node per client;
+    the worker nodes of virtual clients (:mod:`flowerbed.core.population`)
+    each carry many clients' messages per round, all runnable at once.
+    """
+
+    #: Ignore ``limit``: a node's every undelivered message per call.
+    deliver_all = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # node id -> undelivered message ids, insertion-ordered (a dict used as a set)
         self._pending: dict[int, dict[str, None]] = {}
+        #: Set when a message is stored for delivery / a reply is stored: the
+        #: delivery loop (:func:`prompt_delivery`) and the grid's reply polling
+        #: wake on them instead of sleeping out their interval.
+        self.ins_stored = threading.Event()
+        self.res_stored = threading.Event()
 
     def store_message_ins(self, message: Message) -> str | None:
         """Store one message, as Flower does, and index it under its destination."""
@@ -53,6 +70,13 @@ class IndexedLinkState(InMemoryLinkState):
             if message_id is not None and message_id in self.message_ins_store:
                 dst = message.metadata.dst_node_id
                 self._pending.setdefault(dst, {})[message_id] = None
+        self.ins_stored.set()
+        return message_id
+
+    def store_message_res(self, message: Message) -> str | None:
+        """Store one reply, as Flower does, and wake whoever waits for replies."""
+        message_id = super().store_message_res(message)
+        self.res_stored.set()
         return message_id
 
     def get_message_ins(
@@ -65,6 +89,8 @@ class IndexedLinkState(InMemoryLinkState):
         """Undelivered messages for ``node_id`` (at most ``limit``), marked delivered."""
         if limit is not None and limit < 1:
             raise AssertionError("`limit` must be >= 1")
+        if self.deliver_all:
+            limit = None
         found: list[Message] = []
         with self.lock:
             pending = self._pending.get(node_id)
@@ -99,15 +125,20 @@ class IndexedLinkState(InMemoryLinkState):
 class IndexedLinkStateFactory(LinkStateFactory):
     """A ``LinkStateFactory`` whose in-memory state is an :class:`IndexedLinkState`."""
 
+    #: The state's :attr:`IndexedLinkState.deliver_all`.
+    deliver_all = False
+
     def state(self) -> Any:
         """The one state instance (created on first use), as Flower's factory does."""
         if self.state_instance is not None or self.database != FLWR_IN_MEMORY_DB_NAME:
             return super().state()
         with self._state_lock:
             if self.state_instance is None:
-                self.state_instance = IndexedLinkState(
+                state = IndexedLinkState(
                     self.federation_manager, self.objectstore_factory.store()
                 )
+                state.deliver_all = self.deliver_all
+                self.state_instance = state
             return self.state_instance
 
 
@@ -145,13 +176,20 @@ def simulation_state(
     return grid, nodes
 
 
+class DeliverAllLinkStateFactory(IndexedLinkStateFactory):
+    """:class:`IndexedLinkStateFactory` whose state hands out a node's every message at once."""
+
+    deliver_all = True
+
+
 @contextlib.contextmanager
-def indexed_link_state() -> Iterator[None]:
+def indexed_link_state(deliver_all: bool = False) -> Iterator[None]:
     """Make ``flwr.simulation.run_simulation`` use :class:`IndexedLinkState` inside the block.
 
     Flower builds its LinkState factory inside ``run_simulation`` from a name
     in that module, which is the one hook it offers. If a Flower release moves
-    it, the stock state is used and a warning says so.
+    it, the stock state is used and a warning says so (with ``deliver_all``,
+    virtual clients then run one message per worker node and 0.1 s).
     """
     # ``flwr.simulation.run_simulation`` is also the name of the function it defines.
     module = importlib.import_module("flwr.simulation.run_simulation")
@@ -163,16 +201,67 @@ def indexed_link_state() -> Iterator[None]:
         )
         yield
         return
-    module.LinkStateFactory = IndexedLinkStateFactory  # type: ignore[attr-defined]
+    factory: type[IndexedLinkStateFactory] = IndexedLinkStateFactory
+    if deliver_all:
+        factory = DeliverAllLinkStateFactory
+    module.LinkStateFactory = factory  # type: ignore[attr-defined]
     try:
         yield
     finally:
         module.LinkStateFactory = LinkStateFactory  # type: ignore[attr-defined]
 
 
+def add_messages_promptly(
+    state: Any, queue: Queue[Message], nodes_mapping: dict[int, int], f_stop: threading.Event
+) -> None:
+    """Flower's delivery loop (``vce_api.add_messages_to_queue``), woken by new messages.
+
+    The same sweep over the nodes, handing each node's undelivered messages
+    to the workers' queue; between sweeps it waits up to 0.1 s as Flower's
+    does, but a message stored meanwhile (:attr:`IndexedLinkState.ins_stored`)
+    starts the next sweep at once. Flower's loop left every phase waiting
+    50 ms on average for its first sweep: 5 s of a 100-round cross-device
+    run whose clients train in milliseconds.
+    """
+    wake: threading.Event | None = getattr(state, "ins_stored", None)
+    while not f_stop.is_set():
+        if wake is not None:
+            wake.clear()
+        for node_id in nodes_mapping:
+            for msg in state.get_message_ins(node_id=node_id, limit=1):
+                queue.put(msg)
+        if wake is None:
+            f_stop.wait(0.1)
+        else:
+            wake.wait(0.1)
+
+
+@contextlib.contextmanager
+def prompt_delivery() -> Iterator[None]:
+    """Run Flower's simulation engine with :func:`add_messages_promptly` inside the block.
+
+    ``vce_api.run_api`` starts its delivery thread from a name in its module
+    (the hook, as for the LinkState); if a Flower release moves it, Flower's
+    own loop runs and a warning says so.
+    """
+    module = importlib.import_module("flwr.server.superlink.fleet.vce.vce_api")
+    original = getattr(module, "add_messages_to_queue", None)
+    if original is None:
+        log.warning("this Flower release delivers messages differently; rounds poll every 0.1 s")
+        yield
+        return
+    module.add_messages_to_queue = add_messages_promptly  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        module.add_messages_to_queue = original  # type: ignore[attr-defined]
+
+
 __all__ = [
     "IndexedLinkState",
     "IndexedLinkStateFactory",
+    "add_messages_promptly",
     "indexed_link_state",
+    "prompt_delivery",
     "simulation_state",
 ]

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from flowerbed.core.population import virtual_clients
 from flowerbed.core.scenario import Scenario
 
 log = logging.getLogger("flowerbed")
@@ -161,6 +162,26 @@ def concurrent_actors(scenario: Scenario, cpus: int | None = None) -> int:
     return max(1, min(scenario.num_clients, math.floor(cpus / per_client)))
 
 
+def held_replies(scenario: Scenario) -> int:
+    """Replies the server may hold at once: every client, or a virtual population's cohort.
+
+    With virtual clients the population can be millions while a round asks a
+    cohort: the bound is the largest ``fraction*`` of the strategy's params
+    times ``num_clients`` (every client when the strategy names no fraction).
+    """
+    n = scenario.num_clients
+    if not virtual_clients(scenario):
+        return n
+    params = scenario.component("strategy").model_dump()
+    fractions = [
+        float(v) for k, v in params.items()
+        if k.startswith("fraction") and isinstance(v, (int, float)) and not isinstance(v, bool)
+    ]
+    if not fractions:
+        return n
+    return min(n, max(1, math.ceil(max(fractions) * n)))
+
+
 def estimate_memory(scenario: Scenario, cpus: int | None = None) -> MemoryEstimate:
     """Estimate a run's peak memory (loads the dataset, which the run reuses)."""
     from flowerbed.data.federated import federated_data
@@ -172,7 +193,7 @@ def estimate_memory(scenario: Scenario, cpus: int | None = None) -> MemoryEstima
     return MemoryEstimate(
         model_bytes=model_bytes(scenario, meta.num_features, out),
         data_bytes=int(sum(a.nbytes for a in arrays)),
-        clients=scenario.num_clients,
+        clients=held_replies(scenario),
         actors=concurrent_actors(scenario, cpus),
         separate_processes=scenario.engine.name == "simulation",
     )

@@ -23,6 +23,7 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+from flowerbed.core.population import flower_nodes, virtual_clients
 from flowerbed.core.records import METRICS_FILE, Recorder
 from flowerbed.core.scenario import Scenario, from_dict, load_scenario
 from flowerbed.platform.console import quiet_flower, sigterm_as_interrupt, warnings_once
@@ -91,7 +92,7 @@ def run_inline(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
     from flowerbed.platform.inline import InlineGrid
     from flowerbed.platform.server import serve
 
-    grid = InlineGrid(client_app(), scenario.num_clients)
+    grid = InlineGrid(client_app(), flower_nodes(scenario))
     return serve(grid, scenario, recorder)
 
 
@@ -204,7 +205,7 @@ def run_ray(scenario: Scenario, recorder: Recorder) -> dict[str, Any]:
             run_simulation(
                 server_app=server_app,
                 client_app=client_app(),
-                num_supernodes=scenario.num_clients,
+                num_supernodes=flower_nodes(scenario),
                 backend_config=backend_config(scenario),  # type: ignore[arg-type]
             )
     except Exception as exc:
@@ -241,12 +242,13 @@ def simulation_engine(scenario: Scenario) -> Iterator[None]:
     The call is also made stoppable (:func:`stoppable_simulation`): however
     it ends, nothing is left waiting or running afterwards.
     """
-    from flowerbed.platform.linkstate import indexed_link_state
+    from flowerbed.platform.linkstate import indexed_link_state, prompt_delivery
 
     with (
         quiet_flower(),
         worker_threads(scenario.engine.client_resources.num_cpus),
-        indexed_link_state(),
+        indexed_link_state(deliver_all=virtual_clients(scenario)),
+        prompt_delivery(),
         stoppable_simulation(),
         clients_backend(scenario),
     ):

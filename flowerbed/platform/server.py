@@ -20,6 +20,7 @@ from flowerbed.core import keys, registry
 from flowerbed.core.attacks import malicious_clients
 from flowerbed.core.checkpoints import Checkpoints
 from flowerbed.core.messages import Payload
+from flowerbed.core.population import AUTO_VIRTUAL_ABOVE, flower_nodes, virtual_clients
 from flowerbed.core.records import CLIENTS_FILE, STATE_DIR_NAME, Recorder
 from flowerbed.core.scenario import (
     Scenario,
@@ -37,6 +38,23 @@ from flowerbed.strategies.federation import Federation, RoundFailedError
 log = logging.getLogger("flowerbed")
 
 
+#: ``clients.json`` of a virtual population above ``AUTO_VIRTUAL_ABOVE``: the first this many.
+CLIENT_TABLE_LIMIT = 100
+
+
+def listed_clients(scenario: Scenario) -> int:
+    """How many clients ``clients.json`` lists: all, or the first few of a large virtual population.
+
+    Listing every client of a million would build every client's data, the
+    very cost virtual clients avoid; populations up to ``AUTO_VIRTUAL_ABOVE``
+    are listed whole in either mode.
+    """
+    n = scenario.num_clients
+    if virtual_clients(scenario) and n > AUTO_VIRTUAL_ABOVE:
+        return CLIENT_TABLE_LIMIT
+    return n
+
+
 def client_table(ctx: ServerContext) -> list[dict[str, Any]]:
     """Per-client sizes, label histograms and domains (written to ``clients.json``).
 
@@ -50,7 +68,7 @@ def client_table(ctx: ServerContext) -> list[dict[str, Any]]:
     attack = ctx.scenario.clients.attack
     malicious = set(malicious_clients(attack, ctx.scenario.num_clients, ctx.scenario.seed))
     rows = []
-    for pid in range(ctx.scenario.num_clients):
+    for pid in range(listed_clients(ctx.scenario)):
         client = data.client(pid)
         row: dict[str, Any] = {
             "partition_id": pid,
@@ -129,7 +147,14 @@ def state_location(scenario: Scenario, recorder: Recorder) -> tuple[Path, str, b
 
 
 def _drop_state(fed: Federation, root: Path) -> None:
-    """``clients.keep_state: false``: every client deletes its folder, then the server's."""
+    """``clients.keep_state: false``: every client deletes its folder, then the server's.
+
+    Virtual clients share the server's run folder (simulation, inline): the
+    server deletes it, without a message to every client.
+    """
+    if fed.virtual:
+        shutil.rmtree(root, ignore_errors=True)
+        return
     try:
         fed.ask(keys.STATE_CLEANUP, Payload(), server_round=0, min_replies=1e-9)
     except RoundFailedError as exc:
@@ -177,8 +202,12 @@ def _serve(grid: Grid, scenario: Scenario, recorder: Recorder) -> dict[str, Any]
             checkpoints = Checkpoints(scenario, recorder.run_dir, root, recorder.resume_from)
             ctx = ServerContext(scenario, recorder, state_root=root, checkpoints=checkpoints)
             recorder.write_json(CLIENTS_FILE, client_table(ctx))
+            if listed_clients(scenario) < scenario.num_clients:
+                recorder.event(
+                    "client_table", listed=listed_clients(scenario), clients=scenario.num_clients
+                )
         fed = Federation(grid, scenario, recorder)
-        waiting = f"connecting clients (waiting for {scenario.num_clients} nodes)"
+        waiting = f"connecting clients (waiting for {flower_nodes(scenario)} nodes)"
         with clock.phase("connect", waiting):
             fed.connect({keys.STATE_DIR: str(root), keys.RUN_NAME: run_name})
         with clock.phase("strategy", "running the strategy"):

@@ -105,12 +105,18 @@ def stoppable_grid(stop: threading.Event) -> type[InMemoryGrid]:
             replies: list[Message] = []
             # The backend starts its workers while the first (setup) message waits for them.
             starting = " (the client workers are starting)" if kind == keys.SETUP else ""
+            # flowerbed's LinkState wakes this loop when a reply is stored.
+            wake = getattr(self.state, "res_stored", None)
             while pending and (end is None or time.time() < end):
                 activity(waiting_text(len(sent), len(replies), kind, group) + starting)
+                if wake is not None:
+                    wake.clear()
                 got = list(self.pull_messages(pending))
                 replies.extend(got)
                 pending.difference_update(m.metadata.reply_to_message_id for m in got)
-                if pending:
+                if pending and wake is not None:
+                    wake.wait(self.pull_interval)
+                elif pending:
                     time.sleep(self.pull_interval)
             return replies
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -13,10 +13,11 @@ import numpy as np
 from flowerbed.core import keys
 from flowerbed.core.availability import RoundAvailability, round_availability
 from flowerbed.core.messages import Arrays, Payload, Replies, check_reply
+from flowerbed.core.population import VIRTUAL_NODE_BASE, flower_nodes, virtual_clients
 from flowerbed.core.seeds import derive_seed
 
 if TYPE_CHECKING:
-    from flwr.app import Message
+    from flwr.app import Message, RecordDict
     from flwr.serverapp import Grid
 
     from flowerbed.core.records import Recorder
@@ -48,6 +49,34 @@ def ensure_enough(
         )
 
 
+class ShiftedIds(Mapping[int, int]):
+    """``start .. start + count - 1`` mapped to themselves plus ``shift``, stored as three ints.
+
+    The partition id <-> virtual node id maps of a virtual-client federation:
+    a million clients cost nothing to map.
+
+    Examples
+    --------
+    >>> ids = ShiftedIds(3, start=0, shift=100)
+    >>> ids[2], ids.get(3), list(ids), len(ids)
+    (102, None, [0, 1, 2], 3)
+    """
+
+    def __init__(self, count: int, start: int, shift: int) -> None:
+        self.count, self.start, self.shift = count, start, shift
+
+    def __getitem__(self, key: int) -> int:
+        if not isinstance(key, (int, np.integer)) or not 0 <= key - self.start < self.count:
+            raise KeyError(key)
+        return int(key) + self.shift
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.start, self.start + self.count))
+
+    def __len__(self) -> int:
+        return self.count
+
+
 class Federation:
     """Partition-id view of a Flower ``Grid``.
 
@@ -55,23 +84,38 @@ class Federation:
     partition id it serves (one ``query.setup`` message, which also ships the
     resolved scenario), and :meth:`ask` sends one message type to a set of
     partitions and sorts the answers into ok / failed / missing.
+
+    With virtual clients (:mod:`flowerbed.core.population`) the grid's nodes
+    are worker nodes: :meth:`connect` sets each of them up once, every message
+    names the partition it is for (:meth:`address`), and replies are matched
+    to partitions by the message they answer, not by the node that sent them.
+    ``node_of`` then maps a partition id to a *virtual* node id (what Flower's
+    own strategies sample from; :meth:`address` swaps in a worker node).
     """
 
     def __init__(self, grid: Grid, scenario: Scenario, recorder: Recorder) -> None:
         self.grid = grid
         self.scenario = scenario
         self.recorder = recorder
-        self.node_of: dict[int, int] = {}
-        self.pid_of: dict[int, int] = {}
+        self.virtual = virtual_clients(scenario)
+        self.node_of: Mapping[int, int] = {}
+        self.pid_of: Mapping[int, int] = {}
+        #: Virtual clients: the worker nodes that serve them, in the order used.
+        self.workers: list[int] = []
 
     @property
-    def partition_ids(self) -> list[int]:
-        """Connected partition ids, sorted."""
+    def partition_ids(self) -> Sequence[int]:
+        """Connected partition ids, sorted (every client's, with virtual clients)."""
+        if self.virtual:
+            return range(len(self.node_of))
         return sorted(self.node_of)
 
     def wait_for_nodes(self, timeout: float) -> list[int]:
-        """Block until ``num_clients`` nodes are registered (Flower's round-1 race)."""
-        expected = self.scenario.num_clients
+        """Block until the engine's nodes are registered (Flower's round-1 race).
+
+        One node per client, or the worker nodes of virtual clients.
+        """
+        expected = flower_nodes(self.scenario)
         deadline = time.monotonic() + timeout
         while len(nodes := list(self.grid.get_node_ids())) < expected:
             if time.monotonic() > deadline:
@@ -102,14 +146,20 @@ class Federation:
         messages = [
             Message(setup.to_record(), dst_node_id=n, message_type=keys.SETUP) for n in nodes
         ]
+        if self.virtual:
+            self._connect_workers(messages, timeout)
+            return
         failures: dict[int, str] = {}
+        node_of: dict[int, int] = {}
+        pid_of: dict[int, int] = {}
         for reply in self.grid.send_and_receive(messages, timeout=timeout):
             node = _sender(reply, messages)
             if reply.has_error():
                 failures[node] = _short_reason(reply.error.reason or "")
                 continue
             pid = int(Payload.from_record(reply.content).config[keys.PARTITION_ID])
-            self.node_of[pid], self.pid_of[node] = node, pid
+            node_of[pid], pid_of[node] = node, pid
+        self.node_of, self.pid_of = node_of, pid_of
         if failures:
             raise RoundFailedError(setup_failure(failures, len(messages)))
         missing = set(range(self.scenario.num_clients)) - set(self.node_of)
@@ -119,12 +169,71 @@ class Federation:
             )
         self.recorder.event("connected", clients=len(self.node_of))
 
+    def _connect_workers(self, messages: list[Message], timeout: float) -> None:
+        """Virtual clients: every worker node set up once; every client reachable through them."""
+        failures: dict[int, str] = {}
+        workers: list[int] = []
+        for reply in self.grid.send_and_receive(messages, timeout=timeout):
+            node = _sender(reply, messages)
+            if reply.has_error():
+                failures[node] = _short_reason(reply.error.reason or "")
+            else:
+                workers.append(node)
+        if failures:
+            raise RoundFailedError(setup_failure(failures, len(messages)))
+        if not workers:
+            raise RoundFailedError("no worker node answered setup")
+        n = self.scenario.num_clients
+        self.workers = sorted(workers)
+        self.node_of = ShiftedIds(n, start=0, shift=VIRTUAL_NODE_BASE)
+        self.pid_of = ShiftedIds(n, start=VIRTUAL_NODE_BASE, shift=-VIRTUAL_NODE_BASE)
+        self.recorder.event("connected", clients=n, worker_nodes=len(self.workers))
+
+    def address(
+        self, content: RecordDict, pid: int, message_type: str, group_id: str = ""
+    ) -> Message:
+        """A message of ``content`` for partition ``pid``: to its node, or through a worker.
+
+        With virtual clients the content gains a :data:`keys.VIRTUAL_CLIENT`
+        record naming ``pid`` (the caller's ``content`` is left as it was).
+        """
+        from flwr.app import ConfigRecord, Message, RecordDict
+
+        if not self.virtual:
+            return Message(
+                content, dst_node_id=self.node_of[pid], message_type=message_type,
+                group_id=group_id,
+            )
+        record = ConfigRecord({keys.PARTITION_ID: int(pid), keys.NUM_PARTITIONS: len(self.node_of)})
+        routed = RecordDict({**dict(content.items()), keys.VIRTUAL_CLIENT: record})
+        worker = self.workers[int(pid) % len(self.workers)]
+        return Message(routed, dst_node_id=worker, message_type=message_type, group_id=group_id)
+
+    def client_of(self, sent: Iterable[Message]) -> dict[str, int]:
+        """Message id -> partition id of each sent message (after the grid gave them ids)."""
+        out = {}
+        for msg in sent:
+            if self.virtual:
+                record = msg.content[keys.VIRTUAL_CLIENT]
+                pid = record[keys.PARTITION_ID]  # type: ignore[index]
+                out[msg.metadata.message_id] = int(pid)  # type: ignore[arg-type]
+            elif msg.metadata.dst_node_id in self.pid_of:
+                out[msg.metadata.message_id] = self.pid_of[msg.metadata.dst_node_id]
+        return out
+
     def sample(self, fraction: float, server_round: int, phase: str = "train") -> list[int]:
-        """Seeded client cohort: depends only on (root seed, phase, round)."""
+        """Seeded client cohort: depends only on (root seed, phase, round).
+
+        The draw picks positions among the sorted partition ids, so it costs
+        O(cohort) at any population (numpy's draw without replacement keeps a
+        set of the picks once the population exceeds 10,000 and the cohort is
+        under a fiftieth of it) and gives the same cohort as drawing from the
+        list of ids itself, as earlier releases did.
+        """
         pids = self.partition_ids
         k = max(1, round(fraction * len(pids)))
         gen = np.random.default_rng(derive_seed(self.scenario.seed, "sample", phase, server_round))
-        return sorted(int(p) for p in gen.choice(pids, size=k, replace=False))
+        return sorted(int(pids[int(i)]) for i in gen.choice(len(pids), size=k, replace=False))
 
     def ask(
         self,
@@ -161,9 +270,7 @@ class Federation:
         RoundFailedError
             Fewer usable replies than ``min_replies`` require.
         """
-        from flwr.app import Message
-
-        pids = self.partition_ids if clients is None else sorted(clients)
+        pids = list(self.partition_ids) if clients is None else sorted(clients)
         available = self.available(pids, server_round)
         messages = []
         # One payload for everyone: serialise its arrays once, not once per client.
@@ -176,14 +283,7 @@ class Federation:
             record = Payload(body.arrays, config, body.metrics, body.num_examples).to_record(
                 shared
             )
-            messages.append(
-                Message(
-                    record,
-                    dst_node_id=self.node_of[pid],
-                    message_type=message_type,
-                    group_id=str(server_round),
-                )
-            )
+            messages.append(self.address(record, pid, message_type, str(server_round)))
         raw = self.grid.send_and_receive(
             messages, timeout=timeout or self.scenario.federation.timeout
         )
@@ -224,8 +324,12 @@ class Federation:
         """
         out = Replies()
         sent = list(sent)
+        by_message = self.client_of(sent) if self.virtual else {}
         for msg in raw:
-            pid = self.pid_of.get(_sender(msg, sent))
+            if self.virtual:
+                pid = by_message.get(msg.metadata.reply_to_message_id)
+            else:
+                pid = self.pid_of.get(_sender(msg, sent))
             if pid is None:
                 continue
             if msg.has_error():

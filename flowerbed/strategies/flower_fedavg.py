@@ -51,10 +51,24 @@ class FlowerGridView(DelegatingGrid):
         super().__init__(federation.grid)
         self.fed = federation
         self.server_round = 0
+        self._node_ids: list[int] | None = None
+        #: Reply message id -> partition id, for the last :meth:`send_and_receive`.
+        self.replied: dict[str, int] = {}
 
     def get_node_ids(self) -> list[int]:
-        """Node ids of the connected partitions, in partition-id order."""
-        return [self.fed.node_of[p] for p in self.fed.partition_ids]
+        """Node ids of the connected partitions, in partition-id order.
+
+        With virtual clients these are virtual ids (one per client, built once);
+        Flower's strategy copies the list each time it samples, its one cost
+        that grows with the population (milliseconds at a million clients).
+        """
+        if self._node_ids is None or len(self._node_ids) != len(self.fed.node_of):
+            self._node_ids = [self.fed.node_of[p] for p in self.fed.partition_ids]
+        return self._node_ids
+
+    def client_of(self, reply: Message) -> int:
+        """The partition id a reply of the last :meth:`send_and_receive` answers for."""
+        return self.replied[reply.metadata.message_id]
 
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
@@ -72,6 +86,8 @@ class FlowerGridView(DelegatingGrid):
         available = self.fed.available(asked, self.server_round)
         on_time = set(available.on_time)
         messages = [m for m in messages if self.fed.pid_of[m.metadata.dst_node_id] in on_time]
+        if self.fed.virtual:
+            messages = [self._through_worker(m) for m in messages]
         raw = list(self.fed.grid.send_and_receive(messages, timeout=timeout))
         replies = self.fed.sort_replies(raw, asked, expected, sent=messages)
         _note_availability(replies, available)
@@ -83,15 +99,32 @@ class FlowerGridView(DelegatingGrid):
             len(asked),
             self.fed.scenario.federation.min_replies,
         )
-        by_pid = {
-            self.fed.pid_of[n]: m for m in raw if (n := _sender(m, messages)) in self.fed.pid_of
-        }
+        if self.fed.virtual:
+            sent_to = self.fed.client_of(messages)
+            by_pid = {
+                sent_to[m.metadata.reply_to_message_id]: m
+                for m in raw
+                if m.metadata.reply_to_message_id in sent_to
+            }
+        else:
+            by_pid = {
+                self.fed.pid_of[n]: m
+                for m in raw
+                if (n := _sender(m, messages)) in self.fed.pid_of
+            }
         empty = set(replies.empty()) if message_type.startswith("evaluate") else set()
         keep = [
             p for p in sorted(by_pid)
             if (p in replies.ok and p not in empty) or by_pid[p].has_error()
         ]
+        self.replied = {by_pid[p].metadata.message_id: p for p in keep}
         return [by_pid[p] for p in keep]
+
+    def _through_worker(self, message: Message) -> Message:
+        """A Flower strategy's message to a virtual node, sent through a worker node."""
+        meta = message.metadata
+        pid = self.fed.pid_of[meta.dst_node_id]
+        return self.fed.address(message.content, pid, meta.message_type, meta.group_id)
 
 
 #: Attributes of the seeded strategies that are wiring, not state.

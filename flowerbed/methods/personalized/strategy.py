@@ -196,7 +196,7 @@ def _strategy_class() -> Any:
                 if m.has_error():
                     continue
                 body = Payload.from_record(m.content)
-                pid = self.view.fed.pid_of[m.metadata.src_node_id]
+                pid = self.view.client_of(m)
                 clients[str(pid)] = {**body.metrics, "num_examples": float(body.num_examples)}
             self.last_clients = dict(sorted(clients.items(), key=lambda kv: int(kv[0])))
             return super().aggregate_evaluate(server_round, replies)

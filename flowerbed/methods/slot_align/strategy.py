@@ -58,7 +58,7 @@ class SlotAlignStrategy(Strategy):
     def run(self, fed: Federation, ctx: ServerContext) -> dict[str, float]:
         """Statistics, barycenter and maps, then each pipeline with and without alignment."""
         p: SlotAlignParams = self.params  # type: ignore[assignment]
-        pids = fed.partition_ids
+        pids = list(fed.partition_ids)
         pca = self._pca(fed, pids) if p.pca_dim else {}
         stats, info = self._align_stats(fed, pids, pca, ctx)
         maps, align = self._maps(stats)

@@ -181,6 +181,7 @@ def run_simulation_group(points: list[SweepPoint], executor: _Executor) -> int:
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
 
+    from flowerbed.core.population import flower_nodes
     from flowerbed.platform.runner import backend_config, client_app, simulation_engine
     from flowerbed.platform.server import serve
 
@@ -201,7 +202,7 @@ def run_simulation_group(points: list[SweepPoint], executor: _Executor) -> int:
             run_simulation(
                 server_app=server_app,
                 client_app=client_app(),
-                num_supernodes=first.num_clients,
+                num_supernodes=flower_nodes(first),
                 backend_config=backend_config(first),  # type: ignore[arg-type]
             )
     except Exception as exc:  # noqa: BLE001 - recorded on every point it stopped

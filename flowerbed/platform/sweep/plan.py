@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from flowerbed.core.population import virtual_clients
 from flowerbed.core.scenario import (
     COMPONENT_FIELDS,
     Scenario,
@@ -92,6 +93,7 @@ class SweepPoint:
             eng.name,
             eng.backend,
             self.scenario.num_clients,
+            virtual_clients(self.scenario),
             res.num_cpus,
             res.num_gpus,
             eng.ray_num_cpus,
