@@ -7,7 +7,7 @@
 #  2. the base image (scripts/docker-base.sh), the wheelhouse (scripts/docker-wheels.sh)
 #     served on loopback, and the image from docker/Dockerfile;
 #  3. the compose files written by `flowerbed deploy compose`: SuperLink + 2 SuperNodes
-#     + 3 SuperExecs, all on that image; the quickstart (2 clients, 2 rounds) run
+#     + 3 SuperExecs, all on that image; the quickstart (2 clients, 1 round) run
 #     through them from this host, insecure with the run folder mounted (with-runs.yml),
 #     then with TLS (with-tls.yml, the summary comes back through the log);
 #  4. the same scenario on plain processes (`flowerbed deploy local`); the three
@@ -287,7 +287,7 @@ quickstart() {
   say "quickstart on $1"
   timeout 900 "$BIN/flowerbed" run scenarios/quickstart.yaml --set engine=deployment \
     --set "engine.connection=$1" --set "engine.flwr_home=$FLWR_HOME" --set num_clients=2 \
-    --set rounds=2 --set "output_dir=$2" >"$WORK/$1.run.log" 2>&1 \
+    --set rounds=1 --set "output_dir=$2" >"$WORK/$1.run.log" 2>&1 \
     || { tail -40 "$WORK/$1.run.log"; fail "quickstart on $1"; }
   say "quickstart on $1 done"
 }
