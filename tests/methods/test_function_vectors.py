@@ -431,3 +431,53 @@ def test_run_local_reports_accuracies_that_plain_forward_passes_reproduce():
     assert m["chance_r2"] == pytest.approx(4 / 31)
     assert {"additivity_r2", "equal_r2", "slot_r2", "qk_effect", "v_effect",
             "mass_ambiguous", "mass_unambiguous"} <= set(m)
+
+
+# --- the model's start-of-text prefix (Todd's <|endoftext|> for tokenizers without bos) ------
+
+
+def _smollm2_style_folder(tmp_path):
+    """A tiny Llama with a SmolLM2-style tokenizer: ``<|endoftext|>`` 0, bos ``<|im_start|>`` 1."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    words = ["Q:", "A:", "hot", "cold", "big", "small", "up", "down", "\n", "[UNK]"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(specials + words)},
+                                     unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(specials)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>",
+                                   eos_token="<|im_end|>", unk_token="[UNK]")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(fast), hidden_size=16,
+                                         intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1))
+    model.save_pretrained(tmp_path)
+    fast.save_pretrained(tmp_path)
+    return fast
+
+
+def test_a_declared_prefix_starts_every_built_prompt(tmp_path):
+    from flowerbed.models.lm_hf import HfLmParams, build_hf
+    from flowerbed.models.lm_smollm2 import Smollm2Params
+
+    fast = _smollm2_style_folder(tmp_path)
+    eot = fast.convert_tokens_to_ids("<|endoftext|>")
+    assert eot == 0 and fast.bos_token_id == 1  # bos: true would not give Todd's token
+    assert Smollm2Params().prefix == "<|endoftext|>"  # SmolLM2 declares it by default
+    tmpl = Template("Q: {x}\nA: {y}\n\n")
+    demos, query = [Example("hot", ("cold",)), Example("big", ("small",))], Example("up", ("down",))
+    lm = build_hf(HfLmParams(path=str(tmp_path), prefix="<|endoftext|>"))
+    prompter = fl.Prompter(lm, tmpl, bos=False)
+    for prompt in (prompter.build(demos, query), prompter.build([], query)):
+        assert prompt.ids[0] == eot and lm.bos_id not in prompt.ids
+    built = prompter.build(demos, query)
+    text = "<|endoftext|>" + "".join(tmpl.demo(d) for d in demos) + tmpl.query(query.x)
+    assert list(built.ids) == fast(text, add_special_tokens=False).input_ids  # the reference
+    assert built.spans[0][0] == 1  # the demonstrations start after the prefix
+    plain = build_hf(HfLmParams(path=str(tmp_path)))  # no prefix declared: unchanged
+    assert plain.prefix_ids == () and fl.Prompter(plain, tmpl, False).build(demos, query).ids \
+        == built.ids[1:]
+    control = fl.random_like(lm, seed=3)
+    assert fl.Prompter(control, tmpl, False).build(demos, query).ids == built.ids

@@ -69,14 +69,21 @@ class Prompt:
 
 
 class Prompter:
-    """Writes prompts with a template; ``bos`` prepends the model's bos token."""
+    """Writes prompts with a template.
+
+    Every prompt starts with the model's start-of-text ids
+    (:attr:`~flowerbed.models.lm.CausalLM.prefix_ids`: SmolLM2's
+    ``<|endoftext|>``, as Todd et al.'s code prepends for tokenizers without a
+    bos token); ``bos`` puts the tokenizer's bos token before them.
+    """
 
     def __init__(self, lm: CausalLM, template: Template, bos: bool) -> None:
         if bos and lm.bos_id is None:
             raise LmError("bos: true, but the model's tokenizer has no bos token")
         self.lm = lm
         self.template = template
-        self.head: tuple[int, ...] = (int(lm.bos_id),) if bos and lm.bos_id is not None else ()
+        bos_ids = (int(lm.bos_id),) if bos and lm.bos_id is not None else ()
+        self.head: tuple[int, ...] = bos_ids + tuple(lm.prefix_ids)
 
     def targets(self, refs: Sequence[str]) -> frozenset[int]:
         """First token of each acceptable answer, written after the separator."""
@@ -100,7 +107,7 @@ class Prompter:
         return self.build([prompt.demos[i]], prompt.query)
 
     def zero_shot(self, prompt: Prompt) -> Prompt:
-        """The query alone (with the bos token when the prompter adds one)."""
+        """The query alone (after the prompter's head: bos and the model's prefix)."""
         return self.build([], prompt.query)
 
     def shuffled(self, prompt: Prompt, seed: int) -> Prompt:
@@ -396,5 +403,7 @@ def random_like(lm: CausalLM, seed: int) -> CausalLM:
     config = getattr(lm.module, "config", None)
     if config is None:
         raise LmError(f"{type(lm).__name__}: no transformers config to re-initialise from")
-    return from_config(config, lm.tokenizer, "float32", seed)
+    control = from_config(config, lm.tokenizer, "float32", seed)
+    control.prefix_ids = lm.prefix_ids  # the same prompts, token for token
+    return control
 
