@@ -272,16 +272,59 @@ def test_hybrids_on_a_tiny_lm_reproduce_clean_and_isolated_vectors():
         iso = [prompter.isolated(prompt, i) for i in range(len(prompt.demos))]
         acts = fl.head_activations(lm, iso, HEADS, max_rows=8)
         np.testing.assert_allclose(an.u, fl.prompt_vectors(lm, iso, HEADS, w_o, 4), atol=1e-5)
-        decs = [fvd.decompose(a.alpha, a.values, w_o, p.spans) for a, p in zip(acts, iso,
-                                                                                strict=True)]
+        for a, p, u in zip(acts, iso, an.u, strict=True):  # each 1-shot FV = demo part + rest
+            d = fvd.decompose(a.alpha, a.values, w_o, p.spans)
+            np.testing.assert_allclose(d.parts[0] + d.rest, u, atol=1e-5)
+        aligned = fl.aligned_isolated(lm, prompt, HEADS, max_rows=8)  # e_i at its positions
+        decs = [fvd.decompose(a.alpha, a.values, w_o, [sp]) for a, sp in zip(aligned,
+                                                                              prompt.spans,
+                                                                              strict=True)]
         ctx = fl.head_activations(lm, [prompt], HEADS, 8)[0]
         dec = fvd.decompose(ctx.alpha, ctx.values, w_o, prompt.spans)
         ratio = dec.mass.sum(1) / np.sum([d.mass[:, 0] for d in decs], axis=0)  # (A,)
         iso_sum = np.sum([d.head_parts[:, 0] for d in decs], axis=0)  # (A, d)
         expect = dec.rest + (ratio[:, None] * iso_sum).sum(0)
         np.testing.assert_allclose(an.hybrids[("iso", "iso")], expect, atol=1e-5)
-        for d, u in zip(decs, an.u, strict=True):  # each 1-shot FV = its demo part + rest
-            np.testing.assert_allclose(d.parts[0] + d.rest, u, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_aligned_isolated_run_is_the_one_shot_prompt_at_its_n_shot_positions(arch):
+    """Reference: the model itself on (prefix, e_i, query) with explicit position ids."""
+    lm = _tiny(arch)
+    _, prompts = _prompts(lm, n=1, shots=3)
+    prompt = prompts[0]
+    layers = sorted({layer for layer, _ in HEADS})
+    runs = fl.aligned_isolated(lm, prompt, HEADS, max_rows=4)  # two forward passes
+    in_spans = np.zeros(len(prompt.ids), dtype=bool)
+    for s, e in prompt.spans:
+        in_spans[s:e] = True
+    for (s, e), run in zip(prompt.spans, runs, strict=True):
+        keep = ~in_spans
+        keep[s:e] = True
+        pos = np.flatnonzero(keep)
+        ids = torch.tensor([[prompt.ids[k] for k in pos]])
+        reads = [Site("heads", lay, (-1,)) for lay in layers] + [
+            Site("attn", lay, (-1,)) for lay in layers]
+        with torch.no_grad(), lm.hooks(read=reads) as rec:
+            lm.module(input_ids=ids, position_ids=torch.tensor([pos.tolist()]))
+        for a, (layer, h) in enumerate(HEADS):
+            z = rec[f"heads.{layer}"][0, 0, h].double().numpy()
+            np.testing.assert_allclose(run.z[a], z, atol=1e-5)
+            alpha = np.zeros(len(prompt.ids))
+            alpha[pos] = rec[f"attn.{layer}"][0, h, 0].double().numpy()
+            np.testing.assert_allclose(run.alpha[a], alpha, atol=1e-6)
+
+
+def test_swapping_qk_and_v_between_identical_prompts_changes_nothing():
+    """1-shot prompts: the isolated run of e_1 is the prompt itself, so every hybrid is v."""
+    from flowerbed.methods.function_vectors import model_task as ft
+
+    lm = _tiny("gpt2")  # learned absolute positions: a misaligned run would show
+    prompter, prompts = _prompts(lm, n=3, shots=1)
+    w_o = fl.output_matrices(lm, HEADS)
+    for an in ft.analyse_prompts(lm, prompter, prompts, HEADS, w_o, max_rows=8):
+        for key in fvd.HYBRIDS:
+            np.testing.assert_allclose(an.hybrids[key], an.v, atol=1e-5)
 
 
 # --- prompts and tasks ---------------------------------------------------------------------

@@ -337,10 +337,21 @@ class HeadActivations:
     z: np.ndarray
 
 
-def _identity_patch(rows: list[int]) -> Callable[..., Any]:
+def _attention_patch(rows: list[int], hide: torch.Tensor | None) -> Callable[..., Any]:
+    """Hide keys (``hide`` ``(B, T)``: masked, then renormalised) and give ``rows`` identity."""
+
     def patch(probs: torch.Tensor) -> torch.Tensor:  # (B, heads, T, keys)
-        out = probs.clone()
-        out[rows] = torch.eye(out.shape[-2], out.shape[-1], dtype=out.dtype)
+        out = probs
+        if hide is not None:
+            h = hide.to(probs.device)
+            keep = ~(h[:, None, :, None].logical_not() & h[:, None, None, :])  # (B, 1, T, K)
+            out = out * keep.to(out.dtype)
+            total = out.sum(-1, keepdim=True)
+            out = torch.where(total > 0, out / total.clamp_min(1e-30), probs)
+        if rows:
+            out = out.clone()
+            out[rows] = torch.eye(out.shape[-2], out.shape[-1], dtype=out.dtype,
+                                  device=out.device)
         return out
 
     return patch
@@ -357,8 +368,23 @@ def _value_stash(rows: list[int], clean: list[int], store: dict[int, torch.Tenso
     return patch
 
 
+def _hidden_columns(prompts: Sequence[Prompt], hide: Sequence[Sequence[Span]],
+                    width: int) -> torch.Tensor:
+    """``(2N, width)`` bool: each prompt's hidden spans in left-padded columns (two rows each)."""
+    out = torch.zeros((2 * len(prompts), width), dtype=torch.bool)
+    for j, (prompt, spans) in enumerate(zip(prompts, hide, strict=True)):
+        pad = width - len(prompt.ids)
+        for s, e in spans:
+            out[2 * j : 2 * j + 2, pad + s : pad + e] = True
+    return out
+
+
 def head_activations(
-    lm: CausalLM, prompts: Sequence[Prompt], heads: Sequence[Head], max_rows: int
+    lm: CausalLM,
+    prompts: Sequence[Prompt],
+    heads: Sequence[Head],
+    max_rows: int,
+    hide: Sequence[Sequence[Span]] | None = None,
 ) -> list[HeadActivations]:
     """Attention rows, values and outputs of the FV heads at each prompt's last token.
 
@@ -368,6 +394,14 @@ def head_activations(
     they are then replaced by the plain row's outputs, so every later layer sees
     the clean residual stream and its own values are the clean ones too.
     ``max_rows`` bounds the rows of one forward pass.
+
+    ``hide`` (one list of spans per prompt) removes those tokens from the
+    prompt as seen by every other position, in every layer: their keys get
+    probability zero and each attention row is renormalised, which is the
+    softmax over the remaining keys. The rest of the prompt keeps its token
+    positions, so hiding every demonstration but ``e_i`` is the 1-shot prompt
+    ``(e_i, query)`` with ``e_i`` and the query at their n-shot positions (the
+    spec's "isolated, positions realigned").
     """
     layers = sorted({layer for layer, _ in heads})
     step = max(1, max_rows // 2)
@@ -375,16 +409,20 @@ def head_activations(
     for group in _batches(len(prompts), step):
         rows = [prompts[i].ids for i in group for _ in range(2)]
         clean, vrows = list(range(0, len(rows), 2)), list(range(1, len(rows), 2))
+        width = max(len(r) for r in rows)
+        hidden = None if hide is None else _hidden_columns(
+            [prompts[i] for i in group], [hide[i] for i in group], width)
         store: dict[int, torch.Tensor] = {}
         patches: dict[Site | str, Any] = {}
-        for layer in layers:
-            patches[Site("attn", layer)] = _identity_patch(vrows)
-            patches[Site("heads", layer)] = _value_stash(vrows, clean, store, layer)
+        for layer in range(lm.num_layers) if hide is not None else layers:
+            fv_layer = layer in layers
+            patches[Site("attn", layer)] = _attention_patch(vrows if fv_layer else [], hidden)
+            if fv_layer:
+                patches[Site("heads", layer)] = _value_stash(vrows, clean, store, layer)
         reads = [Site("heads", layer, (-1,)) for layer in layers] + [
             Site("attn", layer, (-1,)) for layer in layers]
         with lm.hooks(read=reads, patch=patches) as rec:
             lm.forward(rows)
-        width = max(len(r) for r in rows)
         for j, i in enumerate(group):
             pad = width - len(prompts[i].ids)
             alpha = [rec[f"attn.{layer}"][2 * j, h, 0, pad:] for layer, h in heads]
@@ -394,6 +432,20 @@ def head_activations(
                                        torch.stack(values).double().numpy(),
                                        torch.stack(z).double().numpy()))
     return out
+
+
+def aligned_isolated(
+    lm: CausalLM, prompt: Prompt, heads: Sequence[Head], max_rows: int
+) -> list[HeadActivations]:
+    """One run per demonstration ``e_i``: the prompt with every other demonstration hidden.
+
+    Each run sees the prefix, ``e_i`` and the query at their positions in the
+    n-shot prompt (:func:`head_activations` with ``hide``), so contextualised and
+    isolated weights and values sit at the same positions.
+    """
+    n = len(prompt.spans)
+    hide = [[sp for j, sp in enumerate(prompt.spans) if j != i] for i in range(n)]
+    return head_activations(lm, [prompt] * n, heads, max_rows, hide)
 
 
 def random_like(lm: CausalLM, seed: int) -> CausalLM:

@@ -89,7 +89,9 @@ class PromptAnalysis:
     ``parts`` ``(n, d)`` / ``rest``: variant B; ``mass`` / ``mass_iso`` ``(A, n)``:
     attention mass on each demonstration in context / in its 1-shot prompt;
     ``iso_parts`` ``(n, d)``: the demonstration part of each 1-shot FV;
-    ``hybrids``: the FV of each (QK, V) source pair; ``ambiguous`` ``(n,)``.
+    ``hybrids``: the FV of each (QK, V) source pair, the isolated source being
+    ``e_i`` alone at its n-shot positions (:func:`fl.aligned_isolated`);
+    ``ambiguous`` ``(n,)``.
     """
 
     v: np.ndarray
@@ -124,9 +126,10 @@ def analyse_prompts(
         dec = fvd.decompose(act.alpha, act.values, w_o, prompt.spans)
         iso_dec = [fvd.decompose(r.alpha, r.values, w_o, p.spans) for r, p in zip(runs, runs_p,
                                                                                    strict=True)]
+        aligned = fl.aligned_isolated(lm, prompt, heads, max_rows)
         alpha_iso, values_iso = fvd.place_isolated(
-            len(prompt.ids), prompt.spans, [r.alpha for r in runs], [r.values for r in runs],
-            [p.spans[0] for p in runs_p])
+            len(prompt.ids), prompt.spans, [r.alpha for r in aligned],
+            [r.values for r in aligned], prompt.spans)
         out.append(PromptAnalysis(
             v=np.einsum("adh,ah->d", w_o, act.z),
             u=np.stack([np.einsum("adh,ah->d", w_o, r.z) for r in runs]),
