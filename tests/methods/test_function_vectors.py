@@ -524,3 +524,23 @@ def test_a_declared_prefix_starts_every_built_prompt(tmp_path):
         == built.ids[1:]
     control = fl.random_like(lm, seed=3)
     assert fl.Prompter(control, tmpl, False).build(demos, query).ids == built.ids
+
+
+def test_filter_keeps_the_first_prompts_answered_correctly_with_their_head_outputs():
+    from dataclasses import replace
+
+    lm = _tiny()
+    _, prompts = _prompts(lm, n=9, shots=3)
+    gen = np.random.default_rng(2)
+    right = gen.random(9) < 0.5
+    cands = []
+    for p, r in zip(prompts, right, strict=True):  # targets planted from one plain forward each
+        top = int(lm.logprobs([list(p.ids)])[0, -1].argmax())
+        cands.append(replace(p, targets=frozenset({top if r else (top + 1) % 256})))
+    want = [i for i in range(9) if right[i]][:2]
+    got = fl.answered_correctly(lm, cands, n=2, batch_size=4, read_heads=True)
+    assert [cands.index(p) for p in got.prompts] == want
+    first_batch_end = 4 if sum(right[:4]) >= 2 else 8 if sum(right[:8]) >= 2 else 9
+    assert got.drawn == first_batch_end and got.correct == int(right[:first_batch_end].sum())
+    ref = fl.last_head_outputs(lm, [cands[i] for i in want], range(lm.num_layers), 1)
+    np.testing.assert_allclose(got.heads, ref, atol=1e-5)

@@ -188,6 +188,60 @@ def last_head_outputs(
     return torch.cat(out).double().numpy()
 
 
+@dataclass(frozen=True)
+class Filtered:
+    """Prompts the model answers correctly in context, out of ``drawn`` evaluated.
+
+    ``correct``: how many of the ``drawn`` were right (``len(prompts)`` is at most
+    ``n``); ``heads`` ``(len(prompts), L, heads, head_dim)``: their last-token
+    head outputs, when asked for (read in the same forward pass as the answer).
+    """
+
+    prompts: list[Prompt]
+    drawn: int
+    correct: int
+    heads: np.ndarray | None = None
+
+    @property
+    def survival(self) -> float:
+        """Share of the evaluated candidates the model answered correctly."""
+        return self.correct / self.drawn if self.drawn else float("nan")
+
+
+def answered_correctly(
+    lm: CausalLM,
+    candidates: Sequence[Prompt],
+    n: int,
+    batch_size: int,
+    read_heads: bool = False,
+) -> Filtered:
+    """The first ``n`` of ``candidates`` whose top-1 next token is an acceptable answer.
+
+    Todd et al. compute mean activations, indirect effects and accuracies over
+    prompts the model gets right with its demonstrations; this keeps those,
+    evaluating candidates batch by batch until ``n`` are found (or none are left).
+    """
+    layers = range(lm.num_layers)
+    sites = [Site("heads", layer, (-1,)) for layer in layers] if read_heads else []
+    kept: list[Prompt] = []
+    acts: list[torch.Tensor] = []
+    drawn = correct = 0
+    for rows in _batches(len(candidates), batch_size):
+        if len(kept) >= n:
+            break
+        batch = [candidates[i] for i in rows]
+        with lm.hooks(read=sites) as rec:
+            logprobs = lm.next_token_logprobs([p.ids for p in batch])
+        ok = top1_correct(logprobs, batch)
+        drawn, correct = drawn + len(batch), correct + int(ok.sum())
+        for j in np.flatnonzero(ok)[: n - len(kept)]:
+            kept.append(batch[j])
+            if read_heads:
+                acts.append(torch.stack([rec[s][j, 0] for s in sites]))
+    heads = torch.stack(acts).double().numpy() if acts else None
+    return Filtered(kept, drawn, correct, heads)
+
+
 def mean_head_activations(
     lm: CausalLM, prompts: Sequence[Prompt], batch_size: int
 ) -> np.ndarray:
