@@ -160,7 +160,6 @@ class FunctionVectorsLearner(Learner):
                   seed: int) -> np.ndarray:
         """The FV of ``heads`` from ``n_clean`` prompts drawn from ``pool``: ``(d,)``."""
         from flowerbed.methods.function_vectors import model as fl
-
         from flowerbed.methods.function_vectors import model_task as ft
 
         lm, prompter = self.model(), self.prompter()
