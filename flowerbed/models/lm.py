@@ -40,7 +40,7 @@ import importlib.util
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar
 
 from pydantic import AfterValidator, Field
 
@@ -588,6 +588,9 @@ class CausalLM:
         raise NotImplementedError
 
 
+LmT = TypeVar("LmT", bound=CausalLM)
+
+
 def sample_tokens(
     logprobs: torch.Tensor, temperature: float, top_k: int, generator: torch.Generator
 ) -> list[int]:
@@ -609,7 +612,7 @@ def sample_tokens(
     return [int(i) for i in torch.multinomial(probs, 1, generator=generator)[:, 0]]
 
 
-def set_text_prefix(lm: CausalLM, prefix: str) -> CausalLM:
+def set_text_prefix(lm: LmT, prefix: str) -> LmT:
     """Give ``lm`` the start-of-text ids of ``prefix`` (special tokens are parsed; ``""``: none).
 
     For a tokenizer that adds no bos token, Todd et al.'s function-vector code
