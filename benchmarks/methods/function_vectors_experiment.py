@@ -357,7 +357,8 @@ def seed_summary(cells: Cells) -> None:
         if not rows:
             continue
         print(f"\n## {model}: every seed (mean ± sample sd over seeds; n = seeds)")
-        print("| task | seeds | clean kept / drawn | corrupted kept / drawn | eval correct |"
+        print("| task | seeds | clean: correct / drawn | corrupted: correct / drawn | "
+              "queries correct in context |"
               " ICL | zero-shot held-out | +FV held-out | R² trained | R² random-init |"
               " QK effect | V effect |")
         print("|---|" + "---|" * 11)
@@ -370,8 +371,8 @@ def seed_summary(cells: Cells) -> None:
                 return f"{v.mean():.3f}{sd}"
 
             sv = [r["survival"] for r in mine if r["survival"]]
-            surv = (f"{sum(s['clean_kept'] for s in sv)}/{sum(s['clean_drawn'] for s in sv)}",
-                    f"{sum(s['corrupt_kept'] for s in sv)}/{sum(s['corrupt_drawn'] for s in sv)}")
+            surv = tuple(f"{sum(s[k + '_correct'] for s in sv)}/{sum(s[k + '_drawn'] for s in sv)}"
+                         for k in ("clean", "corrupt"))
             print(f"| {task} | {len(mine)} | {surv[0]} | {surv[1]} | "
                   f"{ms(lambda r: r['metrics']['n_eval_correct'])} | "
                   f"{ms(lambda r: r['metrics']['icl_accuracy'])} | "
