@@ -303,7 +303,8 @@ def smollm2(args: argparse.Namespace, cells: Cells) -> None:
     quick = {"n_clean": 20, "n_corrupt": 4, "n_analysis": 6, "n_eval": 24, "n_quality": 8}
     p = FunctionVectorsParams(lm={"name": "smollm2"}, draws=args.draws, **(
         quick if args.quick else {"n_clean": args.n_clean, "n_corrupt": args.n_corrupt,
-                                  "n_analysis": args.n_analysis}))
+                                  "n_analysis": args.n_analysis, "batch_size": args.batch_size,
+                                  "chunk": args.chunk, "max_rows": args.max_rows}))
     lm = build_lm(p.lm)
     control = fl.random_like(lm, seed=12345)
     tmpl = Template(DEFAULT_TEMPLATE)
@@ -639,6 +640,10 @@ def main() -> None:
                     "(Todd: 25)")
     ap.add_argument("--n-analysis", type=int, default=20, help="SmolLM2 n-shot prompts of the "
                     "sub-FV fits and hybrids per task")
+    ap.add_argument("--batch-size", type=int, default=16, help="SmolLM2 prompts per forward "
+                    "pass (lower it to use less memory; results do not depend on it)")
+    ap.add_argument("--chunk", type=int, default=96, help="SmolLM2 heads patched per step")
+    ap.add_argument("--max-rows", type=int, default=32, help="SmolLM2 rows per value readout")
     ap.add_argument("--draws", type=int, default=4, help="Todd's filter: keep prompts answered "
                     "correctly in context among up to draws x n drawn (0: no filter)")
     ap.add_argument("--out", type=Path, default=OUT)
