@@ -408,6 +408,7 @@ def _plots(c: dict[str, dict[str, Any]], out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out / "accuracy_vs_budget.png", dpi=110)
     plt.close(fig)
+    pairs = [p for p in pairs if f"{p}/analysis/base" in c]  # the seed pairs run none
     fig, axes = plt.subplots(2, len(pairs), figsize=(5.2 * len(pairs), 7.2), squeeze=False)
     for row, source in enumerate(("base", "reasoner")):
         for ax, pair in zip(axes[row], pairs, strict=True):
