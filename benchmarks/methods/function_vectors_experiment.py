@@ -16,15 +16,24 @@ Wang, Wang, Bakalova, Hahn, "How Few-Shot Examples Add Up" (ICML 2026, arXiv
 
 Models: ``fv_toy`` (tiny GPT-2 trained on the synthetic permutation tasks;
 random-init control of the same shape) and SmolLM2-135M-Instruct (word tasks;
-random-init control of the same architecture).
+random-init control of the same architecture). Todd et al.'s protocol: prompts
+start with the model's start-of-text prefix (SmolLM2: ``<|endoftext|>``), the
+mean activations (100 clean prompts), the head scan (25 shuffled-label prompts)
+and the accuracies use only prompts the model answers correctly in context, and
+the FV is injected at every layer. Several seeds (prompt draws; the models are
+fixed); the QK/V hybrids use position-aligned isolated runs.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/methods/function_vectors_experiment.py [--quick]
-        [--models toy smollm2 federated federated_smollm2] [--fed-n-clean 25]
+    nice -n 10 env OMP_NUM_THREADS=1 .venv/bin/python \
+        benchmarks/methods/function_vectors_experiment.py [--models toy smollm2]
+        [--seeds 0 1 2] [--tasks antonym eng_fra ...] [--quick]
         [--out benchmarks/results/function_vectors] [--report-only]
 
-Each model's block is saved to ``experiment.json`` as soon as it finishes, so a
-run can be split (``--models toy``, then ``--models smollm2``, ...);
-``--report-only`` prints the tables and redraws the plots from that file.
+Resumable cell by cell: every head scan (one model, seed and task) and every task
+analysis is appended to ``cells.jsonl`` as it finishes (the scan's mean head
+activations to ``scans/``), and a rerun skips the cells already there. Per seed,
+the scans of every task come first, then the analyses, which use the universal
+heads of that seed (top-k of the mean AIE over the tasks given). ``--report-only``
+prints the tables and redraws the plots from the cells.
 """
 
 from __future__ import annotations
@@ -83,34 +92,65 @@ def defaults(**kw: Any) -> FunctionVectorsParams:
 def sizes(p: FunctionVectorsParams) -> dict[str, Any]:
     return {"shots": p.shots, "n_clean": p.n_clean, "n_corrupt": p.n_corrupt,
             "n_analysis": p.n_analysis, "n_quality": p.n_quality, "batch_size": p.batch_size,
-            "chunk": p.chunk, "max_rows": p.max_rows}
+            "chunk": p.chunk, "max_rows": p.max_rows, "draws": p.draws}
 
 
-# --- shared steps ----------------------------------------------------------------------------
+# --- cells ----------------------------------------------------------------------------------
 
 
-def universal_heads(lm, prompter, pools, p, k) -> tuple[list[tuple[int, int]], np.ndarray,
-                                                         dict[str, Any]]:
-    """Todd's scan on every task; the top-k heads of the mean AIE over tasks."""
-    aies, cost, means = [], {}, {}
-    for name, pool in pools.items():
-        start = time.perf_counter()
-        scan = ft.find_heads(lm, prompter, pool, shots=p.shots, n_clean=p.n_clean,
-                             n_corrupt=p.n_corrupt, seed=derive_seed(SEED, name),
-                             batch_size=p.batch_size, chunk=p.chunk)
-        cost[name] = {"total": time.perf_counter() - start, "clean": scan.seconds[0],
-                      "scan": scan.seconds[1],
-                      "per_corrupted_prompt": scan.seconds[1] / p.n_corrupt,
-                      "prompt_tokens": float(np.mean([len(c.ids) for c in scan.clean]))}
-        aies.append(scan.aie)
-        means[name] = scan.mean_heads
-        log(f"  scan {name}: {cost[name]['total']:.0f} s "
-            f"({cost[name]['per_corrupted_prompt']:.1f} s per corrupted prompt), "
-            f"top {fva.top_heads(scan.aie, 3)}")
-    mean = np.mean(aies, axis=0)
-    return fva.top_heads(mean, k), mean, {"scan_seconds": cost, "mean_heads": means,
-                                           "per_task_aie": {n: a.tolist() for n, a in
-                                                            zip(pools, aies, strict=True)}}
+class Cells:
+    """``cells.jsonl`` (one JSON object per finished cell) and ``scans/`` (mean activations)."""
+
+    def __init__(self, folder: Path, name: str) -> None:
+        self.path = folder / name
+        self.scans = folder / "scans"
+        self.rows = [json.loads(line) for line in self.path.read_text().splitlines()
+                     if line.strip()] if self.path.exists() else []
+
+    def get(self, kind: str, model: str, seed: int, task: str) -> dict[str, Any] | None:
+        for row in self.rows:
+            if (row["kind"], row["model"], row["seed"], row["task"]) == (kind, model, seed, task):
+                return row
+        return None
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        with self.path.open("a") as f:
+            f.write(json.dumps(row, default=float) + "\n")
+
+    def mean_heads_path(self, model: str, seed: int, task: str) -> Path:
+        return self.scans / f"{model}_seed{seed}_{task}.npz"
+
+
+def scan_cell(cells: Cells, lm, prompter, pool, p, model: str, seed: int, name: str) -> None:
+    """Todd's scan on one task (filtered prompts), unless stored."""
+    if cells.get("scan", model, seed, name) is not None:
+        return
+    start = time.perf_counter()
+    scan = ft.find_heads(lm, prompter, pool, shots=p.shots, n_clean=p.n_clean,
+                         n_corrupt=p.n_corrupt, seed=derive_seed(seed, name),
+                         batch_size=p.batch_size, chunk=p.chunk, draws=p.draws)
+    cells.scans.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(cells.mean_heads_path(model, seed, name), mean_heads=scan.mean_heads)
+    row = {"kind": "scan", "model": model, "seed": seed, "task": name,
+           "aie": scan.aie.tolist(), "survival": scan.survival, "p_corrupt": scan.p_corrupt,
+           "seconds": {"total": time.perf_counter() - start, "clean": scan.seconds[0],
+                       "scan": scan.seconds[1],
+                       "per_corrupted_prompt": scan.seconds[1] / max(
+                           1, scan.survival["corrupt_kept"]),
+                       "prompt_tokens": float(np.mean([len(c.ids) for c in scan.clean]))},
+           "sizes": sizes(p)}
+    cells.add(row)
+    sv = scan.survival
+    log(f"  scan {model} seed {seed} {name}: {row['seconds']['total']:.0f} s; clean "
+        f"{sv['clean_kept']}/{sv['clean_drawn']} drawn kept, corrupted "
+        f"{sv['corrupt_kept']}/{sv['corrupt_drawn']}; top {fva.top_heads(scan.aie, 3)}")
+
+
+def universal_heads(cells: Cells, model: str, seed: int, names, k: int):
+    """The top-k heads of the mean AIE over the tasks' stored scans of this seed."""
+    aies = [np.array(cells.get("scan", model, seed, n)["aie"]) for n in names]
+    return fva.top_heads(np.mean(aies, axis=0), k)
 
 
 def control_additivity(control, prompter_c, prompts, heads, p) -> dict[str, float]:
@@ -142,25 +182,26 @@ def regimes(lm, prompter, pool, queries, amb, heads, layer, p, seed) -> dict[str
             "ambiguous_share": float(np.mean([a.ambiguous.mean() for a in an])),
             **ft.attention_mass_summary(an), **ft.hybrid_cosines(an), "quality": qm,
             "qk_effect": qm["ctx_iso"] - qm["iso_iso"], "v_effect": qm["iso_ctx"] - qm["iso_iso"],
-            "qk_effect_sd": float(np.std(q[("ctx", "iso")] - q[("iso", "iso")])),
-            "v_effect_sd": float(np.std(q[("iso", "ctx")] - q[("iso", "iso")])),
+            "qk_effect_sd": float(np.std(q[("ctx", "iso")] - q[("iso", "iso")], ddof=1)),
+            "v_effect_sd": float(np.std(q[("iso", "ctx")] - q[("iso", "iso")], ddof=1)),
         }
     return out
 
 
 def task_block(lm, control, prompter, prompter_c, pool, queries, heads, layers, amb, p,
-               name, mean_heads) -> dict[str, Any]:
+               name, mean_heads, seed) -> dict[str, Any]:
     """One task: the learner's analysis, the random-init control, the ambiguity regimes."""
     start = time.perf_counter()
-    seed = derive_seed(SEED, name)
+    tseed = derive_seed(seed, name)
     res = ft.analyse_task(lm, prompter, pool, queries, shots=p.shots, n_clean=p.n_clean,
                           n_corrupt=p.n_corrupt, n_top_heads=len(heads), layers=layers,
-                          n_analysis=p.n_analysis, n_quality=p.n_quality, seed=seed,
+                          n_analysis=p.n_analysis, n_quality=p.n_quality, seed=tseed,
                           batch_size=p.batch_size, chunk=p.chunk, max_rows=p.max_rows,
-                          heads=heads, mean_heads=mean_heads, ambiguous_inputs=amb)
+                          heads=heads, mean_heads=mean_heads, ambiguous_inputs=amb,
+                          draws=p.draws)
     out: dict[str, Any] = {"metrics": res.metrics()}
     prompts = fl.sample_prompts(prompter, pool, p.n_analysis, p.shots,
-                                derive_seed(seed, "fv.sub"), queries=queries)
+                                derive_seed(tseed, "fv.sub"), queries=queries)
     out["control"] = control_additivity(control, prompter_c, prompts, heads, p)
     c_fv = fl.function_vector(fl.output_matrices(control, heads), fl.mean_head_activations(
         control, [prompter_c.build(q.demos, q.query) for q in prompts], p.batch_size), heads)
@@ -176,21 +217,34 @@ def task_block(lm, control, prompter, prompter_c, pool, queries, heads, layers, 
     out["analyses"] = res.analyses  # dropped before saving
     if amb:
         out["regimes"] = regimes(lm, prompter, pool, queries, amb, heads,
-                                 int(res.accuracy["fv_layer"]), p, seed)
+                                 int(res.accuracy["fv_layer"]), p, tseed)
     out["seconds"] = time.perf_counter() - start
     m = out["metrics"]
-    log(f"  {name}: icl {m['icl_accuracy']:.2f} zero {m['zero_shot_accuracy_heldout']:.2f} "
-        f"fv {m['fv_accuracy']:.2f}@{m['fv_layer']:.0f} R2 {m['additivity_r2']:.3f} "
-        f"(random {out['control']['additivity_r2']:.3f}) {out['seconds']:.0f} s")
+    log(f"  {name} seed {seed}: icl {m['icl_accuracy']:.2f} ({m['n_eval_correct']:.0f} correct) "
+        f"zero {m['zero_shot_accuracy_heldout']:.2f} fv {m['fv_accuracy']:.2f}@{m['fv_layer']:.0f}"
+        f" R2 {m['additivity_r2']:.3f} (random {out['control']['additivity_r2']:.3f}) "
+        f"{out['seconds']:.0f} s")
     return out
+
+
+def task_cell(cells: Cells, model: str, seed: int, name: str, heads, names, fn) -> None:
+    """Run one task analysis (``fn()`` -> its block) unless stored; append it."""
+    if cells.get("task", model, seed, name) is not None:
+        return
+    block = fn()
+    block.pop("analyses", None)
+    scan = cells.get("scan", model, seed, name)
+    cells.add({"kind": "task", "model": model, "seed": seed, "task": name,
+               "heads": [list(h) for h in heads], "heads_from": list(names),
+               "survival": scan["survival"] if scan else {}, **block})
 
 
 # --- the two models ----------------------------------------------------------------------------
 
 
-def toy(args: argparse.Namespace) -> dict[str, Any]:
-    p = defaults(shots=8, n_top_heads=2, **({"n_clean": 30, "n_corrupt": 8, "n_analysis": 8}
-                                             if args.quick else {}))
+def toy(args: argparse.Namespace, cells: Cells) -> None:
+    p = defaults(shots=8, n_top_heads=2, draws=args.draws,
+                 **({"n_clean": 30, "n_corrupt": 8, "n_analysis": 8} if args.quick else {}))
     tasks = permutation_tasks()
     lm = build_lm(p.lm)
     control = build_tiny(tiny_spec(FvToyPretrainParams(), seed=12345))
@@ -198,33 +252,38 @@ def toy(args: argparse.Namespace) -> dict[str, Any]:
     prompter, prompter_c = fl.Prompter(lm, tmpl, bos=True), fl.Prompter(control, tmpl, bos=True)
     names = [f"perm{t}" for t in range(2 if args.quick else tasks.num_tasks)]
     pools = {n: [Example(x, y) for x, y in tasks.pairs(int(n[4:]))] for n in names}
-    out: dict[str, Any] = {"sizes": sizes(p), "shots_curve": {}}
-    for n in names:  # ICL accuracy by shots, all 16 queries x 8 prompts each
-        acc = []
-        for k in (0, 1, 2, 4, 8):
-            prompts = fl.sample_prompts(prompter, pools[n], 64, k, derive_seed(SEED, n, k),
-                                        queries=pools[n])
-            acc.append(ft.accuracy(lm, prompts, 64)[0])
-        out["shots_curve"][n] = acc
-    log(f"toy ICL by shots (mean over tasks): {np.mean(list(out['shots_curve'].values()), 0)}")
-    heads, aie, scan = universal_heads(lm, prompter, pools, p, p.n_top_heads)
-    means = scan.pop("mean_heads")
-    out.update(heads=heads, aie=aie.tolist(), **scan, tasks={})
-    for n in names:
-        t = int(n[4:])
-        amb = frozenset(tasks.symbol(x) for x in np.flatnonzero(tasks.ambiguous(t)))
-        block = task_block(lm, control, prompter, prompter_c, pools[n], pools[n], heads,
-                           [-1, 0], amb, p, n, means[n])
-        block["informativeness"] = informativeness(tasks, t, block.pop("analyses"), prompter,
-                                                   pools[n], p)
-        out["tasks"][n] = block
-    return out
+    for seed in args.seeds:
+        for n in names:  # ICL accuracy by shots, all 16 queries x 8 prompts each
+            if cells.get("shots", "toy", seed, n) is None:
+                acc = []
+                for k in (0, 1, 2, 4, 8):
+                    prompts = fl.sample_prompts(prompter, pools[n], 64, k,
+                                                derive_seed(seed, n, k), queries=pools[n])
+                    acc.append(ft.accuracy(lm, prompts, 64)[0])
+                cells.add({"kind": "shots", "model": "toy", "seed": seed, "task": n,
+                           "curve": acc})
+        for n in names:
+            scan_cell(cells, lm, prompter, pools[n], p, "toy", seed, n)
+        heads = universal_heads(cells, "toy", seed, names, p.n_top_heads)
+        for n in names:
+            t = int(n[4:])
+            amb = frozenset(tasks.symbol(x) for x in np.flatnonzero(tasks.ambiguous(t)))
+            mean = np.load(cells.mean_heads_path("toy", seed, n))["mean_heads"]
+
+            def run(n=n, t=t, amb=amb, mean=mean, seed=seed, heads=heads) -> dict[str, Any]:
+                block = task_block(lm, control, prompter, prompter_c, pools[n], pools[n],
+                                   heads, [-1, 0], amb, p, n, mean, seed)
+                block["informativeness"] = informativeness(tasks, t, block["analyses"],
+                                                           prompter, pools[n], p, seed)
+                return block
+
+            task_cell(cells, "toy", seed, n, heads, names, run)
 
 
-def informativeness(tasks, t, analyses, prompter, pool, p) -> dict[str, float]:
+def informativeness(tasks, t, analyses, prompter, pool, p, seed) -> dict[str, float]:
     """Attention mass by the bits a demonstration removes from the candidate tasks."""
     prompts = fl.sample_prompts(prompter, pool, p.n_analysis, p.shots,
-                                derive_seed(derive_seed(SEED, f"perm{t}"), "fv.sub"),
+                                derive_seed(derive_seed(seed, f"perm{t}"), "fv.sub"),
                                 queries=pool)
     gains, masses = [], []
     for prompt, an in zip(prompts, analyses, strict=True):
@@ -240,15 +299,17 @@ def informativeness(tasks, t, analyses, prompter, pool, p) -> dict[str, float]:
             "spearman_gain_mass": fva.rank_correlation(g, m)}
 
 
-def smollm2(args: argparse.Namespace) -> dict[str, Any]:
+def smollm2(args: argparse.Namespace, cells: Cells) -> None:
     quick = {"n_clean": 20, "n_corrupt": 4, "n_analysis": 6, "n_eval": 24, "n_quality": 8}
-    p = FunctionVectorsParams(lm={"name": "smollm2"}, **(quick if args.quick else {
-        "n_clean": args.n_clean, "n_corrupt": args.n_corrupt}))
+    p = FunctionVectorsParams(lm={"name": "smollm2"}, draws=args.draws, **(
+        quick if args.quick else {"n_clean": args.n_clean, "n_corrupt": args.n_corrupt,
+                                  "n_analysis": args.n_analysis, "batch_size": args.batch_size,
+                                  "chunk": args.chunk, "max_rows": args.max_rows}))
     lm = build_lm(p.lm)
     control = fl.random_like(lm, seed=12345)
     tmpl = Template(DEFAULT_TEMPLATE)
     prompter, prompter_c = fl.Prompter(lm, tmpl, bos=False), fl.Prompter(control, tmpl, bos=False)
-    names = WORD_TASKS[:1] if args.quick else WORD_TASKS
+    names = WORD_TASKS[:1] if args.quick else tuple(args.tasks)
     pools, queries, ambs = {}, {}, {}
     for n in names:
         pairs = word_pairs(n, min_tag_count=MIN_TAGS[n])
@@ -256,20 +317,72 @@ def smollm2(args: argparse.Namespace) -> dict[str, Any]:
         ex = [Example(pairs[i][0], pairs[i][1]) for i in order]
         queries[n], pools[n] = ex[: p.n_eval], ex[p.n_eval :]
         ambs[n] = frozenset(e.x for e in ex if is_identity((e.x, e.y)))
-    t0 = time.perf_counter()
-    heads, aie, scan = universal_heads(lm, prompter, pools, p, p.n_top_heads)
-    means = scan.pop("mean_heads")
-    log(f"smollm2 universal heads {heads} ({time.perf_counter() - t0:.0f} s)")
-    out: dict[str, Any] = {"sizes": sizes(p), "heads": heads, "aie": aie.tolist(), **scan,
-                           "tasks": {}}
-    layers = [6, 9, 12, 15]
-    for n in names:
-        block = task_block(lm, control, prompter, prompter_c, pools[n], queries[n], heads,
-                           layers, ambs[n] if len(ambs[n]) >= p.shots else frozenset(), p, n,
-                           means[n])
-        block.pop("analyses")
-        out["tasks"][n] = block
+    layers = list(range(lm.num_layers))  # every block (Todd's sweep)
+    for seed in args.seeds:
+        for n in names:
+            scan_cell(cells, lm, prompter, pools[n], p, "smollm2", seed, n)
+        heads = universal_heads(cells, "smollm2", seed, names, p.n_top_heads)
+        log(f"smollm2 seed {seed} universal heads over {list(names)}: {heads}")
+        for n in names:
+            mean = np.load(cells.mean_heads_path("smollm2", seed, n))["mean_heads"]
+            amb = ambs[n] if len(ambs[n]) >= p.shots else frozenset()
+
+            def run(n=n, mean=mean, amb=amb, seed=seed, heads=heads) -> dict[str, Any]:
+                return task_block(lm, control, prompter, prompter_c, pools[n], queries[n],
+                                  heads, layers, amb, p, n, mean, seed)
+
+            task_cell(cells, "smollm2", seed, n, heads, names, run)
+
+
+def as_result(cells: Cells, model: str, seed: int) -> dict[str, Any] | None:
+    """One seed's cells in the layout the tables and plots read (``None``: nothing stored)."""
+    tasks = {r["task"]: r for r in cells.rows
+             if (r["kind"], r["model"], r["seed"]) == ("task", model, seed)}
+    scans = [r for r in cells.rows if (r["kind"], r["model"], r["seed"]) == ("scan", model, seed)]
+    if not tasks or not scans:
+        return None
+    first = next(iter(tasks.values()))
+    aie = np.mean([np.array(r["aie"]) for r in scans if r["task"] in first["heads_from"]], 0)
+    out = {"sizes": scans[0]["sizes"], "heads": first["heads"], "aie": aie.tolist(),
+           "scan_seconds": {r["task"]: r["seconds"] for r in scans}, "tasks": tasks}
+    if model == "toy":
+        out["shots_curve"] = {r["task"]: r["curve"] for r in cells.rows
+                              if (r["kind"], r["model"], r["seed"]) == ("shots", model, seed)}
     return out
+
+
+def seed_summary(cells: Cells) -> None:
+    """Mean (sample sd over seeds) of the headline metrics, and the prompts that survived."""
+    for model in ("toy", "smollm2"):
+        rows = [r for r in cells.rows if r["kind"] == "task" and r["model"] == model]
+        if not rows:
+            continue
+        print(f"\n## {model}: every seed (mean ± sample sd over seeds; n = seeds)")
+        print("| task | seeds | clean: correct / drawn | corrupted: correct / drawn | "
+              "queries correct in context |"
+              " ICL | zero-shot held-out | +FV held-out | R² trained | R² random-init |"
+              " QK effect | V effect |")
+        print("|---|" + "---|" * 11)
+        for task in dict.fromkeys(r["task"] for r in rows):
+            mine = [r for r in rows if r["task"] == task]
+
+            def ms(get, mine=mine) -> str:
+                v = np.array([get(r) for r in mine], dtype=float)
+                sd = f" ± {v.std(ddof=1):.3f}" if len(v) > 1 else ""
+                return f"{v.mean():.3f}{sd}"
+
+            sv = [r["survival"] for r in mine if r["survival"]]
+            surv = tuple(f"{sum(s[k + '_correct'] for s in sv)}/{sum(s[k + '_drawn'] for s in sv)}"
+                         for k in ("clean", "corrupt"))
+            print(f"| {task} | {len(mine)} | {surv[0]} | {surv[1]} | "
+                  f"{ms(lambda r: r['metrics']['n_eval_correct'])} | "
+                  f"{ms(lambda r: r['metrics']['icl_accuracy'])} | "
+                  f"{ms(lambda r: r['metrics']['zero_shot_accuracy_heldout'])} | "
+                  f"{ms(lambda r: r['metrics']['fv_accuracy'])} | "
+                  f"{ms(lambda r: r['metrics']['additivity_r2'])} | "
+                  f"{ms(lambda r: r['control']['additivity_r2'])} | "
+                  f"{ms(lambda r: r['metrics']['qk_effect'])} | "
+                  f"{ms(lambda r: r['metrics']['v_effect'])} |")
 
 
 def federated(args: argparse.Namespace, smollm2: dict[str, Any] | None) -> dict[str, Any]:
@@ -513,42 +626,54 @@ def _save(fig: Any, path: Path) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+",
-                    default=["toy", "smollm2", "federated", "federated_smollm2"],
+    ap.add_argument("--models", nargs="+", default=["toy", "smollm2"],
                     choices=["toy", "smollm2", "federated", "federated_smollm2"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2],
+                    help="prompt-draw seeds (run in order: every cell of a seed first)")
+    ap.add_argument("--tasks", nargs="+", default=list(WORD_TASKS), choices=WORD_TASKS,
+                    help="SmolLM2 word tasks (the universal heads average their scans)")
     ap.add_argument("--fed-n-clean", type=int, default=None,
                     help="clean prompts per client FV in federated_smollm2 (scenario: 50)")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
-    ap.add_argument("--n-clean", type=int, default=50, help="SmolLM2 clean prompts per task")
-    ap.add_argument("--n-corrupt", type=int, default=10, help="SmolLM2 corrupted prompts")
+    ap.add_argument("--n-clean", type=int, default=100, help="SmolLM2 clean prompts (Todd: 100)")
+    ap.add_argument("--n-corrupt", type=int, default=25, help="SmolLM2 corrupted prompts "
+                    "(Todd: 25)")
+    ap.add_argument("--n-analysis", type=int, default=20, help="SmolLM2 n-shot prompts of the "
+                    "sub-FV fits and hybrids per task")
+    ap.add_argument("--batch-size", type=int, default=16, help="SmolLM2 prompts per forward "
+                    "pass (lower it to use less memory; results do not depend on it)")
+    ap.add_argument("--chunk", type=int, default=96, help="SmolLM2 heads patched per step")
+    ap.add_argument("--max-rows", type=int, default=32, help="SmolLM2 rows per value readout")
+    ap.add_argument("--draws", type=int, default=4, help="Todd's filter: keep prompts answered "
+                    "correctly in context among up to draws x n drawn (0: no filter)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--report-only", action="store_true",
-                    help="print the tables and draw the plots from the saved results")
+                    help="print the tables and draw the plots from the stored cells")
     args = ap.parse_args()
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
-    name = "experiment_quick.json" if args.quick else "experiment.json"
-    path = args.out / name
-    res: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
-    start = time.perf_counter()
-    if args.report_only:
-        args.models = []
-    for model in [m for m in ("toy", "smollm2") if m in args.models]:
-        t = time.perf_counter()
-        res[model] = toy(args) if model == "toy" else smollm2(args)
-        res[model]["seconds"] = time.perf_counter() - t
-        path.write_text(json.dumps(res, indent=1, default=float) + "\n")
-    if {"federated", "federated_smollm2"} & set(args.models):
-        res["federated"] = {**res.get("federated", {}), **federated(args, res.get("smollm2"))}
+    cells = Cells(args.out, "cells_quick.jsonl" if args.quick else "cells.jsonl")
     if not args.report_only:
-        res["seconds_this_run"] = time.perf_counter() - start
-        path.write_text(json.dumps(res, indent=1, default=float) + "\n")
+        for model in [m for m in ("toy", "smollm2") if m in args.models]:
+            toy(args, cells) if model == "toy" else smollm2(args, cells)
+        if {"federated", "federated_smollm2"} & set(args.models):
+            path = args.out / ("federated_quick.json" if args.quick else "federated.json")
+            old = json.loads(path.read_text()) if path.exists() else {}
+            path.write_text(json.dumps({**old, **federated(args, as_result(cells, "smollm2",
+                                                                           args.seeds[0]))},
+                                       indent=1, default=float) + "\n")
+    res = {m: r for m in ("toy", "smollm2") if (r := as_result(cells, m, args.seeds[0]))}
+    fed = args.out / ("federated_quick.json" if args.quick else "federated.json")
+    if fed.exists():
+        res["federated"] = json.loads(fed.read_text())
+    print(f"# seed {args.seeds[0]}")
     report(res)
+    seed_summary(cells)
     if not args.no_plots:
         for png in plot_all(res, IMG, suffix="_quick" if args.quick else ""):
             print("wrote", png)
-    print(f"\nwall time of the last run {res.get('seconds_this_run', 0):.0f} s; results in {path}")
+    print(f"\nresults in {cells.path}")
 
 
 if __name__ == "__main__":

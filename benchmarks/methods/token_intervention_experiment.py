@@ -19,7 +19,10 @@ sharing the byte tokenizer):
   on a 16-symbol vocabulary, per-column chain of thought with explicit carries
   then the answer; base trained on traces whose carry decisions are coin flips,
   reasoner = the base fine-tuned on correct traces (d=64, 3 layers, B=64,
-  600 + 150 steps); the decision tokens are the two carry decisions.
+  600 + 150 steps); the decision tokens are the two carry decisions;
+- ``carry_s1``, ``carry_s2``: the carry pair trained with seeds 1 and 2
+  (initialisation and data order), with the cells the claims read (no
+  response analysis or split traffic).
 
 Per pair: base alone, reasoner alone, the spec's fixed-threshold table (budget
 2), accuracy vs reasoner share for every trigger and baseline with thresholds
@@ -63,6 +66,11 @@ PAIRS: dict[str, dict[str, Any]] = {
                   "js_tau0.1_b1": {"kind": "js", "tau": 0.1, "budget": 1},
                   "random_p0.09_b1": {"kind": "random", "rate": 0.09, "budget": 1}}},
 }
+#: Two more training seeds of the carry pair (the claims' units: training seeds), with the
+#: cells the claims read (base, reasoner, the fixed table, every trigger at rho = 0.10).
+PAIRS.update({f"carry_s{s}": {"task": "carry", "pretrain": {**CARRY, "seed": s},
+                              "reasoner": "reasoner", "rhos": (0.1,), "analyses": False,
+                              "extra_fixed": PAIRS["carry"]["extra_fixed"]} for s in (1, 2)})
 KINDS = ("js", "entropy", "js_and_entropy", "random", "first_k")
 H_GATE = 0.3  # js_and_entropy's entropy gate (nats)
 
@@ -237,6 +245,8 @@ def run_pair(pair: str, n_test: int, n_cal: int, cells: Path, seed: int) -> None
     for c in _load(cells):
         if c["key"].startswith(f"{pair}/curve/"):
             calibrated[(c["kind"], c["target"])] = c["trigger"]
+    if not spec.get("analyses", True):
+        return
     for source in ("base", "reasoner"):
         def analysis(source: str = source) -> dict[str, Any]:
             trig = tt.base_alone() if source == "base" else tt.reasoner_alone()
@@ -398,6 +408,7 @@ def _plots(c: dict[str, dict[str, Any]], out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out / "accuracy_vs_budget.png", dpi=110)
     plt.close(fig)
+    pairs = [p for p in pairs if f"{p}/analysis/base" in c]  # the seed pairs run none
     fig, axes = plt.subplots(2, len(pairs), figsize=(5.2 * len(pairs), 7.2), squeeze=False)
     for row, source in enumerate(("base", "reasoner")):
         for ax, pair in zip(axes[row], pairs, strict=True):

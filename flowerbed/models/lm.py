@@ -40,7 +40,7 @@ import importlib.util
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar
 
 from pydantic import AfterValidator, Field
 
@@ -321,6 +321,10 @@ class CausalLM:
     num_heads: int
     head_dim: int
     hidden_size: int
+    #: Token ids the model expects at the start of a text (a model-level setting, see
+    #: :func:`set_text_prefix`); empty unless the backend's ``prefix`` names some. Prompt
+    #: builders that follow a model's convention start their prompts with these.
+    prefix_ids: tuple[int, ...] = ()
 
     @property
     def module(self) -> torch.nn.Module:
@@ -584,6 +588,9 @@ class CausalLM:
         raise NotImplementedError
 
 
+LmT = TypeVar("LmT", bound=CausalLM)
+
+
 def sample_tokens(
     logprobs: torch.Tensor, temperature: float, top_k: int, generator: torch.Generator
 ) -> list[int]:
@@ -603,6 +610,20 @@ def sample_tokens(
         scores = scores.masked_fill(scores < cut, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     return [int(i) for i in torch.multinomial(probs, 1, generator=generator)[:, 0]]
+
+
+def set_text_prefix(lm: LmT, prefix: str) -> LmT:
+    """Give ``lm`` the start-of-text ids of ``prefix`` (special tokens are parsed; ``""``: none).
+
+    For a tokenizer that adds no bos token, Todd et al.'s function-vector code
+    starts every prompt with the text ``<|endoftext|>``; a backend's ``prefix``
+    setting records such a convention on the model (:attr:`CausalLM.prefix_ids`).
+    """
+    ids = tuple(int(i) for i in lm.encode(prefix)) if prefix else ()
+    if prefix and not ids:
+        raise LmError(f"prefix {prefix!r} encodes to no tokens")
+    lm.prefix_ids = ids
+    return lm
 
 
 def build_lm(spec: Params, seed: int | None = None) -> CausalLM:

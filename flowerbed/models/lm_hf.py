@@ -28,6 +28,11 @@ class HfLmParams(LmParams):
     tokenizer: Literal["auto", "bytes"] = Field(
         "auto", description="auto: the folder's tokenizer files; bytes: the byte tokenizer"
     )
+    prefix: str = Field(
+        "", description="text the model expects at the start of a prompt, e.g. '<|endoftext|>' "
+        "for a tokenizer that adds no bos token (prompt builders that follow the model's "
+        "convention prepend it); empty: none"
+    )
 
 
 def model_folder(path: str) -> Path:
@@ -54,9 +59,10 @@ def build_hf(params: HfLmParams, seed: int | None = None) -> TransformersLM:
 
     folder = model_folder(params.path)
     require_lm_extra("hf")
+    from flowerbed.models.lm import set_text_prefix
     from flowerbed.models.lm_transformers import load_folder
 
-    return load_folder(folder, params.dtype, params.tokenizer)
+    return set_text_prefix(load_folder(folder, params.dtype, params.tokenizer), params.prefix)
 
 
 if lm_extra_installed():

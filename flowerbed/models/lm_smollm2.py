@@ -58,6 +58,12 @@ class Smollm2Params(LmParams):
     """The converted folder (default: the cache, built on first use) and the compute dtype."""
 
     folder: str | None = Field(None, description="a converted folder (default: the cache)")
+    prefix: str = Field(
+        "<|endoftext|>",
+        description="text the model expects at the start of a prompt: its tokenizer adds no "
+        "bos token, and Todd et al.'s function-vector code starts prompts with "
+        "'<|endoftext|>' (id 0 here) in that case; empty: none",
+    )
     pretrain: Smollm2PretrainParams = Smollm2PretrainParams()
 
 
@@ -155,9 +161,10 @@ def build_smollm2(params: Smollm2Params, seed: int | None = None) -> Transformer
         if not default_path(params.pretrain).exists():
             gguf_path()  # the one-line pip hint before any slow work
         folder = ensure_artefact("smollm2", params.pretrain)
+    from flowerbed.models.lm import set_text_prefix
     from flowerbed.models.lm_transformers import load_folder
 
-    return load_folder(folder, params.dtype)
+    return set_text_prefix(load_folder(folder, params.dtype), params.prefix)
 
 
 if lm_extra_installed():

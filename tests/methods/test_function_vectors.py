@@ -272,16 +272,59 @@ def test_hybrids_on_a_tiny_lm_reproduce_clean_and_isolated_vectors():
         iso = [prompter.isolated(prompt, i) for i in range(len(prompt.demos))]
         acts = fl.head_activations(lm, iso, HEADS, max_rows=8)
         np.testing.assert_allclose(an.u, fl.prompt_vectors(lm, iso, HEADS, w_o, 4), atol=1e-5)
-        decs = [fvd.decompose(a.alpha, a.values, w_o, p.spans) for a, p in zip(acts, iso,
-                                                                                strict=True)]
+        for a, p, u in zip(acts, iso, an.u, strict=True):  # each 1-shot FV = demo part + rest
+            d = fvd.decompose(a.alpha, a.values, w_o, p.spans)
+            np.testing.assert_allclose(d.parts[0] + d.rest, u, atol=1e-5)
+        aligned = fl.aligned_isolated(lm, prompt, HEADS, max_rows=8)  # e_i at its positions
+        decs = [fvd.decompose(a.alpha, a.values, w_o, [sp]) for a, sp in zip(aligned,
+                                                                              prompt.spans,
+                                                                              strict=True)]
         ctx = fl.head_activations(lm, [prompt], HEADS, 8)[0]
         dec = fvd.decompose(ctx.alpha, ctx.values, w_o, prompt.spans)
         ratio = dec.mass.sum(1) / np.sum([d.mass[:, 0] for d in decs], axis=0)  # (A,)
         iso_sum = np.sum([d.head_parts[:, 0] for d in decs], axis=0)  # (A, d)
         expect = dec.rest + (ratio[:, None] * iso_sum).sum(0)
         np.testing.assert_allclose(an.hybrids[("iso", "iso")], expect, atol=1e-5)
-        for d, u in zip(decs, an.u, strict=True):  # each 1-shot FV = its demo part + rest
-            np.testing.assert_allclose(d.parts[0] + d.rest, u, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_aligned_isolated_run_is_the_one_shot_prompt_at_its_n_shot_positions(arch):
+    """Reference: the model itself on (prefix, e_i, query) with explicit position ids."""
+    lm = _tiny(arch)
+    _, prompts = _prompts(lm, n=1, shots=3)
+    prompt = prompts[0]
+    layers = sorted({layer for layer, _ in HEADS})
+    runs = fl.aligned_isolated(lm, prompt, HEADS, max_rows=4)  # two forward passes
+    in_spans = np.zeros(len(prompt.ids), dtype=bool)
+    for s, e in prompt.spans:
+        in_spans[s:e] = True
+    for (s, e), run in zip(prompt.spans, runs, strict=True):
+        keep = ~in_spans
+        keep[s:e] = True
+        pos = np.flatnonzero(keep)
+        ids = torch.tensor([[prompt.ids[k] for k in pos]])
+        reads = [Site("heads", lay, (-1,)) for lay in layers] + [
+            Site("attn", lay, (-1,)) for lay in layers]
+        with torch.no_grad(), lm.hooks(read=reads) as rec:
+            lm.module(input_ids=ids, position_ids=torch.tensor([pos.tolist()]))
+        for a, (layer, h) in enumerate(HEADS):
+            z = rec[f"heads.{layer}"][0, 0, h].double().numpy()
+            np.testing.assert_allclose(run.z[a], z, atol=1e-5)
+            alpha = np.zeros(len(prompt.ids))
+            alpha[pos] = rec[f"attn.{layer}"][0, h, 0].double().numpy()
+            np.testing.assert_allclose(run.alpha[a], alpha, atol=1e-6)
+
+
+def test_swapping_qk_and_v_between_identical_prompts_changes_nothing():
+    """1-shot prompts: the isolated run of e_1 is the prompt itself, so every hybrid is v."""
+    from flowerbed.methods.function_vectors import model_task as ft
+
+    lm = _tiny("gpt2")  # learned absolute positions: a misaligned run would show
+    prompter, prompts = _prompts(lm, n=3, shots=1)
+    w_o = fl.output_matrices(lm, HEADS)
+    for an in ft.analyse_prompts(lm, prompter, prompts, HEADS, w_o, max_rows=8):
+        for key in fvd.HYBRIDS:
+            np.testing.assert_allclose(an.hybrids[key], an.v, atol=1e-5)
 
 
 # --- prompts and tasks ---------------------------------------------------------------------
@@ -431,3 +474,73 @@ def test_run_local_reports_accuracies_that_plain_forward_passes_reproduce():
     assert m["chance_r2"] == pytest.approx(4 / 31)
     assert {"additivity_r2", "equal_r2", "slot_r2", "qk_effect", "v_effect",
             "mass_ambiguous", "mass_unambiguous"} <= set(m)
+
+
+# --- the model's start-of-text prefix (Todd's <|endoftext|> for tokenizers without bos) ------
+
+
+def _smollm2_style_folder(tmp_path):
+    """A tiny Llama with a SmolLM2-style tokenizer: ``<|endoftext|>`` 0, bos ``<|im_start|>`` 1."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    words = ["Q:", "A:", "hot", "cold", "big", "small", "up", "down", "\n", "[UNK]"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(specials + words)},
+                                     unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(specials)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>",
+                                   eos_token="<|im_end|>", unk_token="[UNK]")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(fast), hidden_size=16,
+                                         intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1))
+    model.save_pretrained(tmp_path)
+    fast.save_pretrained(tmp_path)
+    return fast
+
+
+def test_a_declared_prefix_starts_every_built_prompt(tmp_path):
+    from flowerbed.models.lm_hf import HfLmParams, build_hf
+    from flowerbed.models.lm_smollm2 import Smollm2Params
+
+    fast = _smollm2_style_folder(tmp_path)
+    eot = fast.convert_tokens_to_ids("<|endoftext|>")
+    assert eot == 0 and fast.bos_token_id == 1  # bos: true would not give Todd's token
+    assert Smollm2Params().prefix == "<|endoftext|>"  # SmolLM2 declares it by default
+    tmpl = Template("Q: {x}\nA: {y}\n\n")
+    demos, query = [Example("hot", ("cold",)), Example("big", ("small",))], Example("up", ("down",))
+    lm = build_hf(HfLmParams(path=str(tmp_path), prefix="<|endoftext|>"))
+    prompter = fl.Prompter(lm, tmpl, bos=False)
+    for prompt in (prompter.build(demos, query), prompter.build([], query)):
+        assert prompt.ids[0] == eot and lm.bos_id not in prompt.ids
+    built = prompter.build(demos, query)
+    text = "<|endoftext|>" + "".join(tmpl.demo(d) for d in demos) + tmpl.query(query.x)
+    assert list(built.ids) == fast(text, add_special_tokens=False).input_ids  # the reference
+    assert built.spans[0][0] == 1  # the demonstrations start after the prefix
+    plain = build_hf(HfLmParams(path=str(tmp_path)))  # no prefix declared: unchanged
+    assert plain.prefix_ids == () and fl.Prompter(plain, tmpl, False).build(demos, query).ids \
+        == built.ids[1:]
+    control = fl.random_like(lm, seed=3)
+    assert fl.Prompter(control, tmpl, False).build(demos, query).ids == built.ids
+
+
+def test_filter_keeps_the_first_prompts_answered_correctly_with_their_head_outputs():
+    from dataclasses import replace
+
+    lm = _tiny()
+    _, prompts = _prompts(lm, n=9, shots=3)
+    gen = np.random.default_rng(2)
+    right = gen.random(9) < 0.5
+    cands = []
+    for p, r in zip(prompts, right, strict=True):  # targets planted from one plain forward each
+        top = int(lm.logprobs([list(p.ids)])[0, -1].argmax())
+        cands.append(replace(p, targets=frozenset({top if r else (top + 1) % 256})))
+    want = [i for i in range(9) if right[i]][:2]
+    got = fl.answered_correctly(lm, cands, n=2, batch_size=4, read_heads=True)
+    assert [cands.index(p) for p in got.prompts] == want
+    first_batch_end = 4 if sum(right[:4]) >= 2 else 8 if sum(right[:8]) >= 2 else 9
+    assert got.drawn == first_batch_end and got.correct == int(right[:first_batch_end].sum())
+    ref = fl.last_head_outputs(lm, [cands[i] for i in want], range(lm.num_layers), 1)
+    np.testing.assert_allclose(got.heads, ref, atol=1e-5)

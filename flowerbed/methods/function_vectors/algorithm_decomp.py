@@ -15,12 +15,14 @@ the output projection ``(d, head_dim)``, so the head's output is
 - **Hybrids** (:func:`hybrid_vectors`, RECONSTRUCTED; the paper's exact
   construction is not public): each demonstration's positions carry either its
   *contextualised* attention weights / values (from the n-shot prompt) or its
-  *isolated* ones (from the 1-shot prompt ``(e_i, query)``, positions not
-  realigned). The weights on the demonstration positions ``D`` are renormalised
-  so that they keep the contextualised total mass ``M_a = sum_{k in D}
-  alpha_ctx[a, k]``; the other positions keep their contextualised weights and
-  values. So only the routing *among* demonstrations (QK) and what each carries
-  (V) change:
+  *isolated* ones (from ``(e_i, query)`` alone with every token at its position
+  in the n-shot prompt: the other demonstrations hidden from every position,
+  :func:`flowerbed.methods.function_vectors.model.aligned_isolated`, so the two
+  sources differ in context only, not in position). The weights on the
+  demonstration positions ``D`` are renormalised so that they keep the
+  contextualised total mass ``M_a = sum_{k in D} alpha_ctx[a, k]``; the other
+  positions keep their contextualised weights and values. So only the routing
+  *among* demonstrations (QK) and what each carries (V) change:
 
       z_a(qk, v) = M_a * sum_{k in D} alpha_qk[a, k] values_v[a, k] / sum_{k in D} alpha_qk[a, k]
                    + sum_{k not in D} alpha_ctx[a, k] values_ctx[a, k]

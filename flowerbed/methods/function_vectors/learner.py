@@ -63,6 +63,10 @@ class FunctionVectorsParams(Params):
                          "(Todd: 100)")
     n_corrupt: int = Field(25, ge=1, description="shuffled-label prompts of the head scan "
                            "(Todd: 25)")
+    draws: int = Field(
+        0, ge=0, description="Todd's filter: mean activations, head scan and accuracies use only "
+        "prompts the model answers correctly in context, found among up to draws x n drawn; "
+        "0: every prompt (a model that does not do the task has none to keep)")
     n_top_heads: int = Field(10, ge=1, description="heads of the FV (Todd: 10 for GPT-J)")
     layers: tuple[int, ...] | None = Field(
         None, min_length=1, description="injection layers tried (FV added to block L's output at "
@@ -156,12 +160,14 @@ class FunctionVectorsLearner(Learner):
                   seed: int) -> np.ndarray:
         """The FV of ``heads`` from ``n_clean`` prompts drawn from ``pool``: ``(d,)``."""
         from flowerbed.methods.function_vectors import model as fl
+        from flowerbed.methods.function_vectors import model_task as ft
 
         lm, prompter = self.model(), self.prompter()
-        clean = fl.sample_prompts(prompter, pool, self.p.n_clean, self.p.shots,
-                                  derive_seed(seed, "fv.clean"))
-        mean = fl.mean_head_activations(lm, clean, self.p.batch_size)
-        return fl.function_vector(fl.output_matrices(lm, heads), mean, heads)
+        clean = ft.clean_prompts(lm, prompter, pool, n=self.p.n_clean, shots=self.p.shots,
+                                 seed=derive_seed(seed, "fv.clean"), batch_size=self.p.batch_size,
+                                 draws=self.p.draws, read_heads=True)
+        assert clean.heads is not None
+        return fl.function_vector(fl.output_matrices(lm, heads), clean.heads.mean(axis=0), heads)
 
     def zero_shot_accuracy(self, queries: Sequence[Example], fv: np.ndarray | None,
                            layer: int) -> float:
@@ -189,6 +195,7 @@ class FunctionVectorsLearner(Learner):
             layers=self.layers(), n_analysis=self.p.n_analysis, n_quality=self.p.n_quality,
             seed=ctx.seed, batch_size=self.p.batch_size, chunk=self.p.chunk,
             max_rows=self.p.max_rows, heads=self.p.heads, ambiguous_inputs=ambiguous_inputs(data),
+            draws=self.p.draws,
         )
         return Payload(
             metrics=res.metrics(),
@@ -204,7 +211,7 @@ class FunctionVectorsLearner(Learner):
         scan = ft.find_heads(
             self.model(), self.prompter(), pairs_of(data.text_train, data.refs_train, "training"),
             shots=self.p.shots, n_clean=self.p.n_clean, n_corrupt=self.p.n_corrupt,
-            seed=ctx.seed, batch_size=self.p.batch_size, chunk=self.p.chunk,
+            seed=ctx.seed, batch_size=self.p.batch_size, chunk=self.p.chunk, draws=self.p.draws,
         )
         return Payload(arrays={AIE: scan.aie}, num_examples=data.num_train)
 

@@ -69,14 +69,21 @@ class Prompt:
 
 
 class Prompter:
-    """Writes prompts with a template; ``bos`` prepends the model's bos token."""
+    """Writes prompts with a template.
+
+    Every prompt starts with the model's start-of-text ids
+    (:attr:`~flowerbed.models.lm.CausalLM.prefix_ids`: SmolLM2's
+    ``<|endoftext|>``, as Todd et al.'s code prepends for tokenizers without a
+    bos token); ``bos`` puts the tokenizer's bos token before them.
+    """
 
     def __init__(self, lm: CausalLM, template: Template, bos: bool) -> None:
         if bos and lm.bos_id is None:
             raise LmError("bos: true, but the model's tokenizer has no bos token")
         self.lm = lm
         self.template = template
-        self.head: tuple[int, ...] = (int(lm.bos_id),) if bos and lm.bos_id is not None else ()
+        bos_ids = (int(lm.bos_id),) if bos and lm.bos_id is not None else ()
+        self.head: tuple[int, ...] = bos_ids + tuple(lm.prefix_ids)
 
     def targets(self, refs: Sequence[str]) -> frozenset[int]:
         """First token of each acceptable answer, written after the separator."""
@@ -100,7 +107,7 @@ class Prompter:
         return self.build([prompt.demos[i]], prompt.query)
 
     def zero_shot(self, prompt: Prompt) -> Prompt:
-        """The query alone (with the bos token when the prompter adds one)."""
+        """The query alone (after the prompter's head: bos and the model's prefix)."""
         return self.build([], prompt.query)
 
     def shuffled(self, prompt: Prompt, seed: int) -> Prompt:
@@ -179,6 +186,60 @@ def last_head_outputs(
             lm.forward([prompts[i].ids for i in rows])
         out.append(torch.stack([rec[s][:, 0] for s in sites], dim=1))
     return torch.cat(out).double().numpy()
+
+
+@dataclass(frozen=True)
+class Filtered:
+    """Prompts the model answers correctly in context, out of ``drawn`` evaluated.
+
+    ``correct``: how many of the ``drawn`` were right (``len(prompts)`` is at most
+    ``n``); ``heads`` ``(len(prompts), L, heads, head_dim)``: their last-token
+    head outputs, when asked for (read in the same forward pass as the answer).
+    """
+
+    prompts: list[Prompt]
+    drawn: int
+    correct: int
+    heads: np.ndarray | None = None
+
+    @property
+    def survival(self) -> float:
+        """Share of the evaluated candidates the model answered correctly."""
+        return self.correct / self.drawn if self.drawn else float("nan")
+
+
+def answered_correctly(
+    lm: CausalLM,
+    candidates: Sequence[Prompt],
+    n: int,
+    batch_size: int,
+    read_heads: bool = False,
+) -> Filtered:
+    """The first ``n`` of ``candidates`` whose top-1 next token is an acceptable answer.
+
+    Todd et al. compute mean activations, indirect effects and accuracies over
+    prompts the model gets right with its demonstrations; this keeps those,
+    evaluating candidates batch by batch until ``n`` are found (or none are left).
+    """
+    layers = range(lm.num_layers)
+    sites = [Site("heads", layer, (-1,)) for layer in layers] if read_heads else []
+    kept: list[Prompt] = []
+    acts: list[torch.Tensor] = []
+    drawn = correct = 0
+    for rows in _batches(len(candidates), batch_size):
+        if len(kept) >= n:
+            break
+        batch = [candidates[i] for i in rows]
+        with lm.hooks(read=sites) as rec:
+            logprobs = lm.next_token_logprobs([p.ids for p in batch])
+        ok = top1_correct(logprobs, batch)
+        drawn, correct = drawn + len(batch), correct + int(ok.sum())
+        for j in np.flatnonzero(ok)[: n - len(kept)]:
+            kept.append(batch[j])
+            if read_heads:
+                acts.append(torch.stack([rec[s][j, 0] for s in sites]))
+    heads = torch.stack(acts).double().numpy() if acts else None
+    return Filtered(kept, drawn, correct, heads)
 
 
 def mean_head_activations(
@@ -330,10 +391,21 @@ class HeadActivations:
     z: np.ndarray
 
 
-def _identity_patch(rows: list[int]) -> Callable[..., Any]:
+def _attention_patch(rows: list[int], hide: torch.Tensor | None) -> Callable[..., Any]:
+    """Hide keys (``hide`` ``(B, T)``: masked, then renormalised) and give ``rows`` identity."""
+
     def patch(probs: torch.Tensor) -> torch.Tensor:  # (B, heads, T, keys)
-        out = probs.clone()
-        out[rows] = torch.eye(out.shape[-2], out.shape[-1], dtype=out.dtype)
+        out = probs
+        if hide is not None:
+            h = hide.to(probs.device)
+            keep = ~(h[:, None, :, None].logical_not() & h[:, None, None, :])  # (B, 1, T, K)
+            out = out * keep.to(out.dtype)
+            total = out.sum(-1, keepdim=True)
+            out = torch.where(total > 0, out / total.clamp_min(1e-30), probs)
+        if rows:
+            out = out.clone()
+            out[rows] = torch.eye(out.shape[-2], out.shape[-1], dtype=out.dtype,
+                                  device=out.device)
         return out
 
     return patch
@@ -350,8 +422,23 @@ def _value_stash(rows: list[int], clean: list[int], store: dict[int, torch.Tenso
     return patch
 
 
+def _hidden_columns(prompts: Sequence[Prompt], hide: Sequence[Sequence[Span]],
+                    width: int) -> torch.Tensor:
+    """``(2N, width)`` bool: each prompt's hidden spans in left-padded columns (two rows each)."""
+    out = torch.zeros((2 * len(prompts), width), dtype=torch.bool)
+    for j, (prompt, spans) in enumerate(zip(prompts, hide, strict=True)):
+        pad = width - len(prompt.ids)
+        for s, e in spans:
+            out[2 * j : 2 * j + 2, pad + s : pad + e] = True
+    return out
+
+
 def head_activations(
-    lm: CausalLM, prompts: Sequence[Prompt], heads: Sequence[Head], max_rows: int
+    lm: CausalLM,
+    prompts: Sequence[Prompt],
+    heads: Sequence[Head],
+    max_rows: int,
+    hide: Sequence[Sequence[Span]] | None = None,
 ) -> list[HeadActivations]:
     """Attention rows, values and outputs of the FV heads at each prompt's last token.
 
@@ -361,6 +448,14 @@ def head_activations(
     they are then replaced by the plain row's outputs, so every later layer sees
     the clean residual stream and its own values are the clean ones too.
     ``max_rows`` bounds the rows of one forward pass.
+
+    ``hide`` (one list of spans per prompt) removes those tokens from the
+    prompt as seen by every other position, in every layer: their keys get
+    probability zero and each attention row is renormalised, which is the
+    softmax over the remaining keys. The rest of the prompt keeps its token
+    positions, so hiding every demonstration but ``e_i`` is the 1-shot prompt
+    ``(e_i, query)`` with ``e_i`` and the query at their n-shot positions (the
+    spec's "isolated, positions realigned").
     """
     layers = sorted({layer for layer, _ in heads})
     step = max(1, max_rows // 2)
@@ -368,16 +463,20 @@ def head_activations(
     for group in _batches(len(prompts), step):
         rows = [prompts[i].ids for i in group for _ in range(2)]
         clean, vrows = list(range(0, len(rows), 2)), list(range(1, len(rows), 2))
+        width = max(len(r) for r in rows)
+        hidden = None if hide is None else _hidden_columns(
+            [prompts[i] for i in group], [hide[i] for i in group], width)
         store: dict[int, torch.Tensor] = {}
         patches: dict[Site | str, Any] = {}
-        for layer in layers:
-            patches[Site("attn", layer)] = _identity_patch(vrows)
-            patches[Site("heads", layer)] = _value_stash(vrows, clean, store, layer)
+        for layer in range(lm.num_layers) if hide is not None else layers:
+            fv_layer = layer in layers
+            patches[Site("attn", layer)] = _attention_patch(vrows if fv_layer else [], hidden)
+            if fv_layer:
+                patches[Site("heads", layer)] = _value_stash(vrows, clean, store, layer)
         reads = [Site("heads", layer, (-1,)) for layer in layers] + [
             Site("attn", layer, (-1,)) for layer in layers]
         with lm.hooks(read=reads, patch=patches) as rec:
             lm.forward(rows)
-        width = max(len(r) for r in rows)
         for j, i in enumerate(group):
             pad = width - len(prompts[i].ids)
             alpha = [rec[f"attn.{layer}"][2 * j, h, 0, pad:] for layer, h in heads]
@@ -389,6 +488,20 @@ def head_activations(
     return out
 
 
+def aligned_isolated(
+    lm: CausalLM, prompt: Prompt, heads: Sequence[Head], max_rows: int
+) -> list[HeadActivations]:
+    """One run per demonstration ``e_i``: the prompt with every other demonstration hidden.
+
+    Each run sees the prefix, ``e_i`` and the query at their positions in the
+    n-shot prompt (:func:`head_activations` with ``hide``), so contextualised and
+    isolated weights and values sit at the same positions.
+    """
+    n = len(prompt.spans)
+    hide = [[sp for j, sp in enumerate(prompt.spans) if j != i] for i in range(n)]
+    return head_activations(lm, [prompt] * n, heads, max_rows, hide)
+
+
 def random_like(lm: CausalLM, seed: int) -> CausalLM:
     """A randomly initialised model of ``lm``'s architecture and tokenizer (negative control)."""
     from flowerbed.models.lm_transformers import from_config
@@ -396,5 +509,7 @@ def random_like(lm: CausalLM, seed: int) -> CausalLM:
     config = getattr(lm.module, "config", None)
     if config is None:
         raise LmError(f"{type(lm).__name__}: no transformers config to re-initialise from")
-    return from_config(config, lm.tokenizer, "float32", seed)
+    control = from_config(config, lm.tokenizer, "float32", seed)
+    control.prefix_ids = lm.prefix_ids  # the same prompts, token for token
+    return control
 

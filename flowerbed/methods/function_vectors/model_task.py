@@ -33,7 +33,10 @@ Head = tuple[int, int]
 class HeadScan:
     """Mean clean head activations ``(L, H, head_dim)``, the AIE ``(L, H)``, the clean prompts.
 
-    ``seconds``: wall time of the clean activations and of the patching scan.
+    ``seconds``: wall time of the clean activations and of the patching scan;
+    ``survival``: prompts kept and drawn for each step (``clean_kept``,
+    ``clean_drawn``, ``corrupt_kept``, ``corrupt_drawn``; kept = answered
+    correctly in context, when filtering).
     """
 
     mean_heads: np.ndarray
@@ -41,6 +44,37 @@ class HeadScan:
     p_corrupt: float
     clean: list[fl.Prompt]
     seconds: tuple[float, float] = (0.0, 0.0)
+    survival: dict[str, int] = field(default_factory=dict)
+
+
+def clean_prompts(
+    lm: CausalLM,
+    prompter: fl.Prompter,
+    pool: Sequence[Example],
+    *,
+    n: int,
+    shots: int,
+    seed: int,
+    batch_size: int,
+    draws: int,
+    read_heads: bool = False,
+    queries: Sequence[Example] | None = None,
+) -> fl.Filtered:
+    """``n`` prompts the model answers correctly in context, from up to ``draws * n`` drawn.
+
+    ``draws == 0`` keeps the first ``n`` drawn, right or wrong (no filter).
+    """
+    if draws == 0:
+        prompts = fl.sample_prompts(prompter, pool, n, shots, seed, queries=queries)
+        heads = fl.last_head_outputs(lm, prompts, range(lm.num_layers), batch_size) \
+            if read_heads else None
+        return fl.Filtered(prompts, n, n, heads)
+    cands = fl.sample_prompts(prompter, pool, draws * n, shots, seed, queries=queries)
+    got = fl.answered_correctly(lm, cands, n, batch_size, read_heads)
+    if not got.prompts:
+        raise ValueError(f"none of {got.drawn} {shots}-shot prompts is answered correctly in "
+                         "context: the model does not do this task")
+    return got
 
 
 def find_heads(
@@ -54,18 +88,30 @@ def find_heads(
     seed: int,
     batch_size: int,
     chunk: int,
+    draws: int = 0,
 ) -> HeadScan:
-    """Todd's mean activations and average indirect effects for one task's pool."""
+    """Todd's mean activations and average indirect effects for one task's pool.
+
+    With ``draws > 0`` both use only prompts answered correctly in context (Todd's
+    filter; the corrupted prompts are shuffled versions of such prompts).
+    """
     start = time.perf_counter()
-    clean = fl.sample_prompts(prompter, pool, n_clean, shots, derive_seed(seed, "fv.clean"))
-    mean = fl.mean_head_activations(lm, clean, batch_size)
+    clean = clean_prompts(lm, prompter, pool, n=n_clean, shots=shots,
+                          seed=derive_seed(seed, "fv.clean"), batch_size=batch_size,
+                          draws=draws, read_heads=True)
+    assert clean.heads is not None
+    mean = np.asarray(clean.heads.mean(axis=0))
     middle = time.perf_counter()
-    base = fl.sample_prompts(prompter, pool, n_corrupt, shots, derive_seed(seed, "fv.corrupt"))
+    base = clean_prompts(lm, prompter, pool, n=n_corrupt, shots=shots,
+                         seed=derive_seed(seed, "fv.corrupt"), batch_size=batch_size, draws=draws)
     corrupted = [prompter.shuffled(p, derive_seed(seed, "fv.shuffle", i))
-                 for i, p in enumerate(base)]
+                 for i, p in enumerate(base.prompts)]
     patched, corrupt = fl.head_patch_effects(lm, corrupted, mean, chunk)
-    return HeadScan(mean, fva.indirect_effects(patched, corrupt), float(corrupt.mean()), clean,
-                    (middle - start, time.perf_counter() - middle))
+    survival = {"clean_kept": len(clean.prompts), "clean_drawn": clean.drawn,
+                "clean_correct": clean.correct, "corrupt_kept": len(base.prompts),
+                "corrupt_drawn": base.drawn, "corrupt_correct": base.correct}
+    return HeadScan(mean, fva.indirect_effects(patched, corrupt), float(corrupt.mean()),
+                    clean.prompts, (middle - start, time.perf_counter() - middle), survival)
 
 
 def accuracy(
@@ -89,7 +135,9 @@ class PromptAnalysis:
     ``parts`` ``(n, d)`` / ``rest``: variant B; ``mass`` / ``mass_iso`` ``(A, n)``:
     attention mass on each demonstration in context / in its 1-shot prompt;
     ``iso_parts`` ``(n, d)``: the demonstration part of each 1-shot FV;
-    ``hybrids``: the FV of each (QK, V) source pair; ``ambiguous`` ``(n,)``.
+    ``hybrids``: the FV of each (QK, V) source pair, the isolated source being
+    ``e_i`` alone at its n-shot positions (:func:`fl.aligned_isolated`);
+    ``ambiguous`` ``(n,)``.
     """
 
     v: np.ndarray
@@ -124,9 +172,10 @@ def analyse_prompts(
         dec = fvd.decompose(act.alpha, act.values, w_o, prompt.spans)
         iso_dec = [fvd.decompose(r.alpha, r.values, w_o, p.spans) for r, p in zip(runs, runs_p,
                                                                                    strict=True)]
+        aligned = fl.aligned_isolated(lm, prompt, heads, max_rows)
         alpha_iso, values_iso = fvd.place_isolated(
-            len(prompt.ids), prompt.spans, [r.alpha for r in runs], [r.values for r in runs],
-            [p.spans[0] for p in runs_p])
+            len(prompt.ids), prompt.spans, [r.alpha for r in aligned],
+            [r.values for r in aligned], prompt.spans)
         out.append(PromptAnalysis(
             v=np.einsum("adh,ah->d", w_o, act.z),
             u=np.stack([np.einsum("adh,ah->d", w_o, r.z) for r in runs]),
@@ -283,6 +332,7 @@ def analyse_task(
     heads: Sequence[Head] | None = None,
     mean_heads: np.ndarray | None = None,
     ambiguous_inputs: frozenset[str] = frozenset(),
+    draws: int = 0,
 ) -> TaskResult:
     """Heads, FV, injection accuracies, sub-FV fits, masses and hybrid qualities of one task.
 
@@ -292,49 +342,75 @@ def analyse_task(
     the layer chosen on the even-indexed queries, measured on the odd ones.
     With ``heads`` given, the scan is skipped (the AIE is then empty), and
     ``mean_heads`` (from an earlier :func:`find_heads`) spares recomputing the
-    mean activations.
+    mean activations. With ``draws > 0`` (Todd's filter) the mean activations
+    and the scan use prompts answered correctly in context, and the zero-shot,
+    FV and shuffled accuracies (and the hybrids' queries) only the queries whose
+    n-shot prompt is answered correctly (``n_eval_correct`` of them); the ICL and
+    plain zero-shot accuracies stay over every query.
     """
     if heads is None:
         scan = find_heads(lm, prompter, pool, shots=shots, n_clean=n_clean,
-                          n_corrupt=n_corrupt, seed=seed, batch_size=batch_size, chunk=chunk)
+                          n_corrupt=n_corrupt, seed=seed, batch_size=batch_size, chunk=chunk,
+                          draws=draws)
         top = fva.top_heads(scan.aie, n_top_heads)
         mean, aie = scan.mean_heads, scan.aie
     else:
         top, aie = list(heads), np.zeros(0)
         if mean_heads is None:
-            clean = fl.sample_prompts(prompter, pool, n_clean, shots,
-                                      derive_seed(seed, "fv.clean"))
-            mean_heads = fl.mean_head_activations(lm, clean, batch_size)
+            clean = clean_prompts(lm, prompter, pool, n=n_clean, shots=shots,
+                                  seed=derive_seed(seed, "fv.clean"), batch_size=batch_size,
+                                  draws=draws, read_heads=True)
+            assert clean.heads is not None
+            mean_heads = np.asarray(clean.heads.mean(axis=0))
         mean = mean_heads
     w_o = fl.output_matrices(lm, top)
     fv = fl.function_vector(w_o, mean, top)
     res = TaskResult(top, fv, aie, list(layers))
     icl = fl.sample_prompts(prompter, pool, len(queries), shots, derive_seed(seed, "fv.eval"),
                             queries=queries)
-    zero = [prompter.zero_shot(p) for p in icl]
-    shuffled = [prompter.shuffled(p, derive_seed(seed, "fv.eval_shuffle", i))
-                for i, p in enumerate(icl)]
-    res.accuracy["icl_accuracy"], res.accuracy["icl_prob"] = accuracy(lm, icl, batch_size)
+    lp = fl.next_logprobs(lm, icl, batch_size)
+    ok = fl.top1_correct(lp, icl)
+    res.accuracy["icl_accuracy"] = float(ok.mean())
+    res.accuracy["icl_prob"] = float(fl.target_probability(lp, icl).mean())
     res.accuracy["zero_shot_accuracy"], res.accuracy["zero_shot_prob"] = accuracy(
-        lm, zero, batch_size)
-    res.accuracy["shuffled_accuracy"], _ = accuracy(lm, shuffled, batch_size)
-    val, test = zero[0::2], zero[1::2]
-    by_layer = {layer: accuracy(lm, val, batch_size, fv, layer)[0] for layer in layers}
-    best = max(layers, key=lambda layer: (by_layer[layer], -layer))
-    for layer in layers:  # every query (the choice above used half of them)
-        res.layer_accuracy[layer], res.layer_prob[layer] = accuracy(lm, zero, batch_size, fv,
-                                                                    layer)
-    res.accuracy["fv_layer"] = float(best)
-    res.accuracy["fv_accuracy"], _ = accuracy(lm, test or zero, batch_size, fv, best)
-    res.accuracy["zero_shot_accuracy_heldout"], _ = accuracy(lm, test or zero, batch_size)
-    res.accuracy["fv_shuffled_accuracy"], _ = accuracy(lm, shuffled, batch_size, fv, best)
+        lm, [prompter.zero_shot(p) for p in icl], batch_size)
+    if draws > 0:
+        icl = [p for p, keep in zip(icl, ok, strict=True) if keep]
+        if len(icl) < 2:
+            raise ValueError(f"{len(icl)} of {len(ok)} queries answered correctly in context; "
+                             "the filtered accuracies need 2 or more")
+    res.accuracy["n_eval_correct"] = float(len(icl))
+    _fv_accuracies(lm, prompter, icl, fv, layers, batch_size, seed, res)
+    zero = [prompter.zero_shot(p) for p in icl]
+    test = zero[1::2] or zero
+    best = int(res.accuracy["fv_layer"])
     prompts = fl.sample_prompts(prompter, pool, n_analysis, shots, derive_seed(seed, "fv.sub"),
                                 queries=queries)
     res.analyses = analyse_prompts(lm, prompter, prompts, top, w_o, max_rows, ambiguous_inputs)
     res.fits = additivity(res.analyses)
     fitted = np.mean([f.fitted for f in res.fits.lsq], axis=0)
     res.accuracy["fv_prompt_mean_accuracy"], _ = accuracy(
-        lm, test or zero, batch_size, np.mean([a.v for a in res.analyses], axis=0), best)
-    res.accuracy["fv_additive_accuracy"], _ = accuracy(lm, test or zero, batch_size, fitted, best)
+        lm, test, batch_size, np.mean([a.v for a in res.analyses], axis=0), best)
+    res.accuracy["fv_additive_accuracy"], _ = accuracy(lm, test, batch_size, fitted, best)
     res.quality = hybrid_quality(lm, res.analyses, zero[:n_quality], best, batch_size)
     return res
+
+
+def _fv_accuracies(lm: CausalLM, prompter: fl.Prompter, icl: Sequence[fl.Prompt],
+                   fv: np.ndarray, layers: Sequence[int], batch_size: int, seed: int,
+                   res: TaskResult) -> None:
+    """Zero-shot, +FV (layer chosen on the even queries, scored on the odd) and shuffled."""
+    zero = [prompter.zero_shot(p) for p in icl]
+    shuffled = [prompter.shuffled(p, derive_seed(seed, "fv.eval_shuffle", i))
+                for i, p in enumerate(icl)]
+    res.accuracy["shuffled_accuracy"], _ = accuracy(lm, shuffled, batch_size)
+    val, test = zero[0::2], zero[1::2] or zero
+    by_layer = {layer: accuracy(lm, val, batch_size, fv, layer)[0] for layer in layers}
+    best = max(layers, key=lambda layer: (by_layer[layer], -layer))
+    for layer in layers:  # every query (the choice above used half of them)
+        res.layer_accuracy[layer], res.layer_prob[layer] = accuracy(lm, zero, batch_size, fv,
+                                                                    layer)
+    res.accuracy["fv_layer"] = float(best)
+    res.accuracy["fv_accuracy"], _ = accuracy(lm, test, batch_size, fv, best)
+    res.accuracy["zero_shot_accuracy_heldout"], _ = accuracy(lm, test, batch_size)
+    res.accuracy["fv_shuffled_accuracy"], _ = accuracy(lm, shuffled, batch_size, fv, best)
