@@ -138,7 +138,7 @@ def client_data(task: str, seed: int, pool: int, queries: int) -> ClientData:
 def learner(task: str, **kw) -> CoresetIclLearner:
     _, template, words = TASKS[task]
     params = CoresetIclParams(
-        template=template, label_words=words, max_words=25, random_share=10, votek_pool=150, **kw
+        template=template, label_words=words, max_words=25, random_share=10, **kw
     )
     return CoresetIclLearner(params, scenario=None)  # type: ignore[arg-type]
 
