@@ -600,6 +600,37 @@ def test_antonym_synonym_pairs_are_wordnet_relations_and_balanced():
             assert set(wn.index[(letter, a)].offsets) & set(wn.index[(letter, b)].offsets)
 
 
+@pytest.mark.skipif(not HAS_WORDNET, reason="needs Debian wordnet-base")
+def test_word_categories_are_unambiguous_wordnet_lemmas():
+    """Each word read back from WordNet's own index.* lines (a separate parse here): every
+    sense of it, in every part of speech, lies in its class's lexicographer file."""
+    from flowerbed.data import text_data_readers as rd
+
+    entry = registry.get("dataset", "wordnet_word_category")
+    ds = entry.target(entry.params.model_validate({"n_train": 200, "n_test": 50}), seed=3)
+    names = ds.meta.class_names
+    assert len(ds.text_train) == 200 and len(set(ds.text_train) & set(ds.text_test)) == 0
+    wanted = set(ds.text_train[:40])
+    offsets: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for pos, suffix in [("n", "noun"), ("v", "verb"), ("a", "adj"), ("r", "adv")]:
+        with open(f"{rd.WORDNET_DIR}/index.{suffix}") as fh:
+            for line in fh:
+                parts = line.split()
+                if line.startswith(" ") or parts[0] not in wanted:
+                    continue
+                n_ptr = int(parts[3])
+                synsets = int(parts[2])
+                offsets[parts[0]] += [(pos, int(o)) for o in parts[6 + n_ptr :][:synsets]]
+    for word, label in zip(ds.text_train[:40], ds.y_train[:40], strict=True):
+        lexfiles = set()
+        for pos, off in offsets[word]:
+            suffix = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}[pos]
+            with open(f"{rd.WORDNET_DIR}/data.{suffix}", "rb") as fh:
+                fh.seek(off)
+                lexfiles.add(rd.LEXNAMES[int(fh.readline().split()[1])])
+        assert lexfiles == {names[int(label)]}, word
+
+
 # --- the learner and the federated strategy ----------------------------------------------
 
 TOPICS = {0: "red blue green pink gold", 1: "cat dog cow hen fox", 2: "run jump swim sit fly"}
