@@ -15,6 +15,8 @@ Parts (each writes to --out, default benchmarks/results/coreset_icl/):
   similar last: the selective-annotation protocol of vote-k and Sub-SA). One JSON line
   per cell (``lm_cells.jsonl``), appended as each cell finishes; a rerun skips the
   cells already there, so the grid can run over several sittings.
+- ``selection``: the LM-free cells alone (``selection_cells.jsonl``: peripheral share
+  and redundancy of every selector but vote-k, same pools and seeds as ``lm``).
 - ``proxy``: the spec's ICL proxy (similarity-weighted vote of the 4 most similar
   annotated examples) on the same pools with 300 queries, every selector, plus the
   spec's digits/PCA-32 check with its numbers printed beside ours.
@@ -271,6 +273,15 @@ def run_lm(args: argparse.Namespace) -> None:
                 print(json.dumps({k: v for k, v in row.items() if k != "queries"}), flush=True)
             if args.zero_shot and pool is not None:
                 selection_cells(args, pool, task, seed)
+
+
+def run_selection(args: argparse.Namespace) -> None:
+    """Only the LM-free selection cells (:func:`selection_cells`), every task and seed."""
+    for seed in args.seeds:
+        for task in args.tasks:
+            data = client_data(task, seed, args.pool, args.queries)
+            selection_cells(args, Pool(learner(task, selectors=cb.SELECTORS), data), task, seed)
+            print(f"selection {task} seed {seed} done", flush=True)
 
 
 def selection_cells(args: argparse.Namespace, pool: Pool, task: str, seed: int) -> None:
@@ -737,7 +748,9 @@ def run_report(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["lm", "proxy", "timing", "federated", "report"])
+    ap.add_argument(
+        "part", choices=["lm", "selection", "proxy", "timing", "federated", "report"]
+    )
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
@@ -791,6 +804,7 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     {
         "lm": run_lm,
+        "selection": run_selection,
         "proxy": run_proxy,
         "timing": run_timing,
         "federated": run_federated,
