@@ -689,6 +689,7 @@ def plot_lm(rows: list[dict], path: Path) -> None:
             ax.set_ylabel("ICL accuracy (SmolLM2-135M)")
             ax.set_xscale("log")
             ax.set_xlim(BUDGETS[0] / 1.5, BUDGETS[-1] * 1.5)
+            ax.minorticks_off()
             ax.set_xticks(BUDGETS, [str(b) for b in BUDGETS])
             ax.set_xlabel("annotation budget B")
             ax.grid(alpha=0.3)
