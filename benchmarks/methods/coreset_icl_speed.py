@@ -60,7 +60,7 @@ def run_cell(lrn, pool, words, seed: int, method: str, budget: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--task", default="sentiment", choices=list(ex.TASKS))
+    ap.add_argument("--task", default="supersense", choices=list(ex.TASKS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--cells",

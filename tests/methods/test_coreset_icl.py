@@ -330,6 +330,85 @@ def test_votek_first_stage_is_fast_votek_and_one_pick_per_confidence_bucket():
     assert buckets == list(range(18))
 
 
+def _ring_graph():
+    """Ten points; ``index[i]`` = the two points ``i`` votes for (most similar first)."""
+    index = np.array([[1, 2], [0, 2], [1, 3], [2, 4], [3, 5], [4, 6], [5, 7], [6, 8], [7, 9],
+                      [8, 7]])
+    emb = np.eye(10, dtype=np.float32)
+    return cs.Graph(emb, index, np.ones(index.shape, dtype=np.float32))
+
+
+def test_votek_buckets_the_whole_pool_by_hand():
+    """Votes received: 0<-{1}, 1<-{0,2}, 2<-{0,1,3}, 3<-{2,4}, 4<-{3,5}, 5<-{4,6},
+    6<-{5,7}, 7<-{6,8,9}, 8<-{7,9}, 9<-{8}. B = 3: one first-stage point, the most
+    voted (2 and 7 have 3; 2 got its first vote earlier), and its voters 0, 1, 3 count
+    once. Then int(0.9 * 10 / 2) = 4 points per bucket over the whole pool, least
+    confident first: [1, 4, 6, 8] then [3, 7, 9, 5]. Bucket 1 scores (10^-times of
+    unselected voters): 1: 0.1, 4: 0.1 + 1, 6: 2, 8: 2 -> 6 (first of the tie), whose
+    voters 5, 7 now count once. Bucket 2: 3: 1 (voter 2 is selected), 7: 1 + 1 (voter 6
+    is), 9: 1, 5: 1 -> 7."""
+    graph = _ring_graph()
+    conf = np.array([0.9, 0.1, np.nan, 0.5, 0.2, 0.8, 0.3, 0.6, 0.4, 0.7])
+    seen = {}
+
+    def confidence(first):
+        seen["first"] = first.tolist()
+        return conf
+
+    assert cb.votek(graph.emb, 3, confidence, k=2, graph=graph).tolist() == [2, 6, 7]
+    assert seen["first"] == [2]
+
+
+def test_votek_refuses_a_confidence_pass_over_part_of_the_pool():
+    graph = _ring_graph()
+    conf = np.linspace(0.0, 1.0, 10)
+    conf[5] = np.nan  # one pool point left unscored (the old 150-of-1000 shortcut)
+    with pytest.raises(cs.CoresetError, match="score every pool point outside the first stage"):
+        cb.votek(graph.emb, 3, lambda first: conf, k=2, graph=graph)
+
+
+def test_fill_context_keeps_the_most_similar_that_fit_most_similar_last():
+    bank = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [0.6, 0.8]])
+    queries = np.array([[1.0, 0.0], [0.0, 1.0]])
+    # query 0 ranks 0, 1, 3, 2; query 1 ranks 2, 3, 1, 0
+    cost = np.array([5, 3, 4, 2])
+    got = cd.fill_context(bank, queries, cost, np.array([2, 2]), 12)
+    # q0: 2 + 5 + 3 = 10, + 2 = 12 fits, + 4 = 16 does not
+    assert got[0].tolist() == [3, 1, 0]
+    # q1: 2 + 4 + 2 + 3 = 11, + 5 = 16 does not
+    assert got[1].tolist() == [1, 3, 2]
+    # the reference stops at the first demonstration that does not fit
+    assert cd.fill_context(bank, queries[:1], np.array([5, 9, 4, 1]), np.array([2]), 12)[
+        0].tolist() == [0]
+    assert cd.fill_context(bank, queries[:1], cost, np.array([11]), 12)[0].tolist() == []
+
+
+@pytest.mark.skipif(not HAS_LM, reason="needs the lm extra")
+def test_fill_demos_counts_tokens_of_the_written_demonstrations():
+    """The tiny LM's tokenizer is bytes, so lengths are counted by hand."""
+    from flowerbed.methods.coreset_icl import learner_prompts as pr
+    from flowerbed.models import icl
+    from flowerbed.models.lm import build_lm
+
+    lm = build_lm(
+        registry.get("lm", "tiny").params(name="tiny", hidden=32, layers=2, heads=4, kv_heads=2),
+        seed=1,
+    )
+    t = icl.Template("Q: {x}\nA: {y}\n\n")
+    bank_x, words = ["aaaa", "bb", "cccccc"], ["x", "yy", "z"]
+    # demos: 'Q: ' + x + '\nA: ' + y + '\n\n' = 3 + len(x) + 4 + len(y) + 2
+    cost = [3 + len(x) + 4 + len(w) + 2 for x, w in zip(bank_x, words, strict=True)]
+    assert cost == [14, 13, 16]
+    bank_emb = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])
+    q_emb = np.array([[1.0, 0.05]])  # ranks 0, 1, 2
+    # the query 'Q: qq\nA:' is 8 bytes, the instruction 'Go\n' 3: 11 + 14 + 13 = 38
+    for limit, want in [(38, [1, 0]), (37, [0]), (54, [2, 1, 0]), (24, [])]:
+        got = pr.fill_demos(lm, t, "Go\n", bank_x, words, bank_emb, ["qq"], q_emb, limit)
+        assert got[0].tolist() == want, limit
+        prompt = pr.prompts(t, "Go\n", bank_x, words, got, ["qq"])[0]
+        assert len(lm.encode(prompt[0])) + len(lm.encode(prompt[1])) <= limit
+
+
 def test_kmeans_medoids_are_the_members_nearest_each_sklearn_centroid():
     from sklearn.cluster import KMeans
 
@@ -519,6 +598,37 @@ def test_antonym_synonym_pairs_are_wordnet_relations_and_balanced():
         if label == 1:  # synonyms share a synset of that part of speech
             letter = dict((n, p) for p, n in cd.POS_NAMES)[pos]
             assert set(wn.index[(letter, a)].offsets) & set(wn.index[(letter, b)].offsets)
+
+
+@pytest.mark.skipif(not HAS_WORDNET, reason="needs Debian wordnet-base")
+def test_word_categories_are_unambiguous_wordnet_lemmas():
+    """Each word read back from WordNet's own index.* lines (a separate parse here): every
+    sense of it, in every part of speech, lies in its class's lexicographer file."""
+    from flowerbed.data import text_data_readers as rd
+
+    entry = registry.get("dataset", "wordnet_word_category")
+    ds = entry.target(entry.params.model_validate({"n_train": 200, "n_test": 50}), seed=3)
+    names = ds.meta.class_names
+    assert len(ds.text_train) == 200 and len(set(ds.text_train) & set(ds.text_test)) == 0
+    wanted = set(ds.text_train[:40])
+    offsets: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for pos, suffix in [("n", "noun"), ("v", "verb"), ("a", "adj"), ("r", "adv")]:
+        with open(f"{rd.WORDNET_DIR}/index.{suffix}") as fh:
+            for line in fh:
+                parts = line.split()
+                if line.startswith(" ") or parts[0] not in wanted:
+                    continue
+                n_ptr = int(parts[3])
+                synsets = int(parts[2])
+                offsets[parts[0]] += [(pos, int(o)) for o in parts[6 + n_ptr :][:synsets]]
+    for word, label in zip(ds.text_train[:40], ds.y_train[:40], strict=True):
+        lexfiles = set()
+        for pos, off in offsets[word]:
+            suffix = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}[pos]
+            with open(f"{rd.WORDNET_DIR}/data.{suffix}", "rb") as fh:
+                fh.seek(off)
+                lexfiles.add(rd.LEXNAMES[int(fh.readline().split()[1])])
+        assert lexfiles == {names[int(label)]}, word
 
 
 # --- the learner and the federated strategy ----------------------------------------------

@@ -15,7 +15,7 @@ algorithm_demos.py
     What a coreset is judged by: its peripheral share and redundancy, and per-query
     demos.
 data.py
-    Two offline text-classification tasks for coreset ICL, built from WordNet
+    Three offline text-classification tasks for coreset ICL, built from WordNet
     (Debian wordnet-*).
 learner.py
     Learner ``coreset_icl``: choose which pool texts to annotate, then few-shot ICL

@@ -16,8 +16,9 @@ lines in ``tests/methods/test_coreset_icl.py``):
   in S} 10^-times(v)``, ``times(v)`` = selected points ``v`` voted for. Ties go
   as in the reference: more votes first, then the order of the first vote.
 - ``votek``: ``max(1, round(B/10))`` points by fast vote-k; then a confidence
-  score of every other point from the LM prompted with them (a callback);
-  least confident first, the first 90% cut into ``B - B1`` buckets, the best
+  score of *every* other pool point from the LM prompted with them (a callback);
+  least confident first, the first 90% of the pool cut into ``B - B1`` buckets of
+  ``int(0.9 n / (B - B1))`` points, the best
   vote score taken from each bucket (the reference's ``iterative_selection``);
   short buckets are filled at random.
 - ``subsa`` (Sub-SA, Qian et al., 2024): ``gain(e|S) = lam sum_{i in V} cos_ie -
@@ -57,7 +58,7 @@ VOTEK_FIRST = 0.1
 #: Share of the confidence-sorted pool vote-k's buckets cover (the reference's 0.9).
 VOTEK_COVER = 0.9
 
-#: Given the first-stage indices, every pool point's LM confidence (NaN: not scored).
+#: Given the first-stage indices, every pool point's LM confidence (first-stage ones ignored).
 Confidence = Callable[[np.ndarray], np.ndarray]
 
 
@@ -207,11 +208,15 @@ def votek(emb: np.ndarray, budget: int, confidence: Confidence, *, seed: int = 0
     if conf.shape != (n,):
         raise CoresetError(f"vote-k confidence must give one value per pool point ({n}), "
                            f"got shape {conf.shape}")
-    scored = np.flatnonzero(~np.isnan(conf) & ~taken)
-    ranked = scored[np.argsort(conf[scored], kind="stable")]  # least confident first
+    rest = np.flatnonzero(~taken)
+    if not np.isfinite(conf[rest]).all():
+        raise CoresetError("vote-k confidence must score every pool point outside the first "
+                           f"stage; {int((~np.isfinite(conf[rest])).sum())} are not finite")
+    ranked = rest[np.argsort(conf[rest], kind="stable")]  # least confident first
     remaining = budget - len(out)
-    # the reference cuts buckets from all n points (its first-stage ones sorted last)
-    size = max(1, int((len(ranked) + len(out)) * VOTEK_COVER / remaining))
+    # the reference cuts buckets of int(0.9 n / remaining) from the whole pool, its
+    # first-stage points sorted last (so never reached)
+    size = max(1, int(n * VOTEK_COVER / remaining))
     for c in range(remaining):
         bucket = ranked[c * size : (c + 1) * size]
         if len(bucket) == 0:

@@ -4,9 +4,10 @@ Companions of :mod:`flowerbed.methods.coreset_icl.algorithm` (spec ``methods_b.m
 the *peripheral* share of a selected set (how much of it lies in the pool's 10%
 lowest local densities), its *redundancy* (mean cosine of each selected point to
 its most similar selected neighbour), the demonstrations a query gets from an
-annotated bank (the most cosine-similar ones, as vote-k / Sub-SA retrieve them,
-or a seeded random draw), and the spec's LM-free ICL proxy (a similarity-weighted
-label vote of the retrieved demonstrations).
+annotated bank (the ``k`` most cosine-similar ones, or a seeded random draw, or
+the most similar ones until the context is full: the selective-annotation
+protocol of vote-k and Sub-SA), and the spec's LM-free ICL proxy (a
+similarity-weighted label vote of the retrieved demonstrations).
 
 Examples
 --------
@@ -60,6 +61,31 @@ def retrieve(bank_emb: np.ndarray, query_emb: np.ndarray, k: int) -> np.ndarray:
     idx = np.broadcast_to(np.arange(len(b)), c.shape)
     order = np.lexsort((idx, -c), axis=1)[:, :k]
     return order[:, ::-1].copy()
+
+
+def fill_context(
+    bank_emb: np.ndarray,
+    query_emb: np.ndarray,
+    demo_tokens: np.ndarray,
+    query_tokens: np.ndarray,
+    limit: int,
+) -> list[np.ndarray]:
+    """Per query, the most similar bank items while the prompt fits ``limit`` tokens.
+
+    The selective-annotation protocol (vote-k's ``prompt_retrieval``): starting
+    from the query's own ``query_tokens[q]``, bank items are added from the most
+    similar down, each costing ``demo_tokens[i]``, until the next one would pass
+    ``limit`` (then the rest are dropped, as the reference breaks there). Each
+    list is ordered most similar *last*, next to the query; it may be empty.
+    """
+    ranked = retrieve(bank_emb, query_emb, len(bank_emb))[:, ::-1]  # most similar first
+    cost = np.asarray(demo_tokens, dtype=np.int64)
+    out = []
+    for row, used in zip(ranked, np.asarray(query_tokens, dtype=np.int64), strict=True):
+        total = int(used) + np.cumsum(cost[row])
+        fits = int(np.argmax(total > limit)) if (total > limit).any() else len(row)
+        out.append(row[:fits][::-1].copy())
+    return out
 
 
 def random_demos(bank_size: int, n_queries: int, k: int, seed: int, share: int = 1

@@ -1,4 +1,4 @@
-"""Two offline text-classification tasks for coreset ICL, built from WordNet (Debian wordnet-*).
+"""Three offline text-classification tasks for coreset ICL, built from WordNet (Debian wordnet-*).
 
 - ``negation_sentiment``: an SST-2-like templated corpus (spec ``methods_b.md``
   §6.4): ``the soup was not very pleasant overall`` -> positive/negative. The
@@ -12,6 +12,11 @@
   are WordNet's lexical ``!`` pointers of every part of speech; synonyms are two
   single-word lemmas of one synset. Both classes are balanced per part of
   speech, the natural client key.
+- ``wordnet_word_category``: a bare word -> its semantic category (``tiger`` ->
+  animal): WordNet lemmas all of whose senses lie in one of the chosen
+  lexicographer files (six noun files by default), clients by tag-count band.
+  SmolLM2 gains much from demonstrations here (the sentiment and relation tasks
+  above showed no few-shot gain over zero-shot on it).
 
 Each builds a fixed universe of items (independent of the seed) and draws the
 seeded, key-stratified ``n_train``/``n_test`` rows of
@@ -24,7 +29,7 @@ import itertools
 from typing import Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from flowerbed.core.registry import register
 from flowerbed.core.seeds import rng
@@ -35,6 +40,7 @@ from flowerbed.data.text_data import (
     WORDNET_SOURCE,
     TextSizeParams,
     _text_dataset,
+    band_of,
 )
 
 #: Seed adjectives of each polarity (extended by their WordNet antonyms).
@@ -234,3 +240,62 @@ def antonym_synonym(params: RelationParams, *, seed: int) -> Dataset:
         "name": name, "source": f"{WORDNET_SOURCE} (antonym pointers, synset co-lemmas)",
         "license": WORDNET_LICENSE,
     })
+
+
+# --- wordnet_word_category --------------------------------------------------------------------
+
+
+class WordCategoryParams(TextSizeParams):
+    """Which lexicographer files are the classes, and how frequent a word must be."""
+
+    wordnet_dir: str = Field(rd.WORDNET_DIR, description="folder of data.*, index.*")
+    lexnames: tuple[str, ...] = Field(
+        ("noun.animal", "noun.plant", "noun.food", "noun.person", "noun.location",
+         "noun.artifact"),
+        min_length=2,
+        description="lexicographer files kept, one class each",
+    )  # fmt: skip
+    min_tag_count: int = Field(1, ge=0, description="the word's index.* tagsense_cnt at least")
+
+    @field_validator("lexnames")
+    @classmethod
+    def _known(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(names) - set(rd.LEXNAMES))
+        if unknown:
+            raise ValueError(f"unknown lexicographer files {unknown}; known: {rd.LEXNAMES}")
+        return names
+
+
+def word_lexfiles(wn: rd.WordNet) -> dict[str, set[str]]:
+    """Single-word lemma -> lexicographer files of all its senses, every part of speech."""
+    out: dict[str, set[str]] = {}
+    for (pos, lemma), entry in wn.index.items():
+        if rd.SINGLE_WORD.fullmatch(lemma):
+            lex = {rd.LEXNAMES[wn.synsets[(pos, o)].lexfile] for o in entry.offsets}
+            out.setdefault(lemma, set()).update(lex)
+    return out
+
+
+@register("dataset", "wordnet_word_category", params=WordCategoryParams)
+def wordnet_word_category(params: WordCategoryParams, *, seed: int) -> Dataset:
+    """A single word -> its semantic category (``tiger`` -> animal); clients by frequency.
+
+    The words are WordNet lemmas every sense of which (in every part of speech)
+    lies in one of ``lexnames``, tagged at least ``min_tag_count`` times (summed
+    over parts of speech): unambiguous, known words. Unlike ``wordnet_supersense``
+    (a gloss) the input is the bare word, so the LM must know it. Client key: the
+    tag-count band. Needs wordnet-base.
+    """
+    name = "wordnet_word_category"
+    wn = rd.load_wordnet(params.wordnet_dir, name)
+    class_of = {lex: i for i, lex in enumerate(params.lexnames)}
+    items, labels = [], []
+    for word, lex in sorted(word_lexfiles(wn).items()):
+        tags = sum(wn.tag_count(p, word) for p in "nvar" if (p, word) in wn.index)
+        if len(lex) == 1 and (only := next(iter(lex))) in class_of and tags >= params.min_tag_count:
+            items.append((band_of(tags, (1, 3, 10)), word, None))
+            labels.append(class_of[only])
+    return _text_dataset(items, params.lexnames, labels, params, seed, {
+        "name": name, "source": f"{WORDNET_SOURCE} (unambiguous lemmas by lexicographer file)",
+        "license": WORDNET_LICENSE,
+    })  # fmt: skip

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 LmSpec = lm_spec_type()
 DemoMode = Literal["retrieved", "random"]
+DemoProtocol = Literal["k", "fill"]
 
 #: Message types of the federated protocol (strategy ``coreset_icl``).
 SELECT_MESSAGE = "query.coreset"
@@ -75,7 +76,15 @@ class CoresetIclParams(Params):
         "minilm", description="minilm, or lm_mean (the LM's own mean hidden state)"
     )
     lm_layer: int = Field(-1, description="lm_mean: block whose output is averaged (-1: last)")
-    k_demos: int = Field(4, ge=1, description="demonstrations per query")
+    protocol: DemoProtocol = Field(
+        "k",
+        description="retrieved demonstrations per query: k (the k_demos most similar) or "
+        "fill (the most similar until context_tokens are used: vote-k's protocol)",
+    )
+    k_demos: int = Field(4, ge=1, description="protocol k: demonstrations per query")
+    context_tokens: int = Field(
+        1000, ge=1, description="protocol fill: prompt length limit in LM tokens"
+    )
     demo_modes: tuple[DemoMode, ...] = Field(("retrieved", "random"), min_length=1)
     density_k: int = Field(cs.DENSITY_K, ge=1, description="PACS: neighbours of the density")
     lam: float = Field(cs.LAMBDA, ge=0, description="PACS: weight of the redundancy penalty")
@@ -86,12 +95,6 @@ class CoresetIclParams(Params):
         (), description="how each class is written (default: class name after its last '.')"
     )
     max_words: int = Field(40, ge=0, description="texts cut to this many words (0: whole)")
-    votek_pool: int | None = Field(
-        None,
-        ge=1,
-        description="votek: pool points (seeded) its LM confidence pass scores; "
-        "null: all (one prompt per pool point)",
-    )
     random_share: int = Field(
         1,
         ge=1,
@@ -221,18 +224,35 @@ class CoresetIclLearner(Learner):
         mode: DemoMode,
         seed: int,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Predicted classes and confidences of the queries, ``k`` demos each from the bank."""
+        """Predicted classes and confidences of the queries, demonstrations from the bank.
+
+        Retrieved ones follow ``protocol`` (``k``: the ``k_demos`` most similar; ``fill``:
+        the most similar until ``context_tokens``), random ones are ``k_demos`` drawn.
+        """
         k = self.p.k_demos
         if len(qx) == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        if len(bank_x) == 0:
-            demos = np.zeros((len(qx), 0), dtype=np.int64)
-        elif mode == "retrieved":
-            demos = cd.retrieve(bank_emb, qemb, k)
-        else:
-            demos = cd.random_demos(len(bank_x), len(qx), k, seed, self.p.random_share)
         shown = [words[int(c)] for c in bank_y]
         template = Template(self.p.template)
+        demos: Any
+        if len(bank_x) == 0:
+            demos = np.zeros((len(qx), 0), dtype=np.int64)
+        elif mode == "random":
+            demos = cd.random_demos(len(bank_x), len(qx), k, seed, self.p.random_share)
+        elif self.p.protocol == "fill":
+            demos = pr.fill_demos(
+                self.lm,
+                template,
+                self.p.instruction,
+                bank_x,
+                shown,
+                bank_emb,
+                qx,
+                qemb,
+                self.p.context_tokens,
+            )
+        else:
+            demos = cd.retrieve(bank_emb, qemb, k)
         pairs = pr.prompts(template, self.p.instruction, bank_x, shown, demos, qx)
         return pr.predict(
             self.lm,
@@ -246,10 +266,7 @@ class CoresetIclLearner(Learner):
         """Vote-k's callback: the LM's confidence on pool points, prompted with the first stage."""
 
         def conf(first: np.ndarray) -> np.ndarray:
-            rows = np.setdiff1d(np.arange(len(pool.x)), first)
-            if self.p.votek_pool is not None and len(rows) > self.p.votek_pool:
-                gen = np.random.default_rng(derive_seed(seed, "votek.pool"))
-                rows = np.sort(gen.choice(rows, self.p.votek_pool, replace=False))
+            rows = np.setdiff1d(np.arange(len(pool.x)), first)  # the whole pool, as vote-k
             out = np.full(len(pool.x), np.nan)
             _, p = self.answer(
                 [pool.x[i] for i in first],

@@ -142,7 +142,7 @@ def prompts(
     instruction: str,
     bank_x: Sequence[str],
     bank_words: Sequence[str],
-    demos: np.ndarray,
+    demos: Sequence[Sequence[int]],
     queries: Sequence[str],
 ) -> list[tuple[str, str]]:
     """Per query: (instruction + its demonstrations (a row of ``demos``), the query)."""
@@ -151,6 +151,36 @@ def prompts(
         shown = [Example(bank_x[int(i)], (bank_words[int(i)],)) for i in row]
         out.append((instruction + template.prefix(shown), template.query(q)))
     return out
+
+
+def fill_demos(
+    lm: CausalLM,
+    template: Template,
+    instruction: str,
+    bank_x: Sequence[str],
+    bank_words: Sequence[str],
+    bank_emb: np.ndarray,
+    queries: Sequence[str],
+    query_emb: np.ndarray,
+    limit: int,
+) -> list[np.ndarray]:
+    """Most similar demonstrations per query until the prompt fills ``limit`` LM tokens.
+
+    A demonstration costs the tokens of its written form, a query those of the
+    instruction plus its own (:func:`~flowerbed.methods.coreset_icl.algorithm_demos.
+    fill_context`; most similar last).
+    """
+    from flowerbed.methods.coreset_icl.algorithm_demos import fill_context
+
+    demo_tokens = [
+        len(lm.encode(template.demo(Example(x, (w,)))))
+        for x, w in zip(bank_x, bank_words, strict=True)
+    ]
+    head = len(lm.encode(instruction)) if instruction else 0
+    query_tokens = [head + len(lm.encode(template.query(q))) for q in queries]
+    return fill_context(
+        bank_emb, query_emb, np.asarray(demo_tokens), np.asarray(query_tokens), limit
+    )
 
 
 def _single_tokens(lm: CausalLM, candidates: Sequence[str]) -> list[int] | None:
