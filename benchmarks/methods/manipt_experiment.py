@@ -117,7 +117,7 @@ def tune_plan(args: argparse.Namespace) -> list[dict[str, Any]]:
              "overrides": [*args.set, *grid_overrides(m)[i], val]}
             for setting in args.settings if setting in B2N
             for seed in args.tune_seeds for i in range(len(LAMBDAS) * len(ALPHAS))
-            for m in TUNED]
+            for m in TUNED if m in args.methods]
 
 
 def chosen(tuning: list[dict[str, Any]], setting: str, method: str) -> list[str] | None:
@@ -141,7 +141,8 @@ def plan(args: argparse.Namespace, tuning: list[dict[str, Any]]) -> list[dict[st
     """Every cell the arguments ask for (tuned methods with their validation choice)."""
     cells: list[dict[str, Any]] = []
     for setting in args.settings:
-        methods = ("coop", "manipt") if setting == "fed" else METHODS
+        methods = [m for m in (("coop", "manipt") if setting == "fed" else METHODS)
+                   if m in args.methods]
         shots_list: list[int | None] = list(args.shots) if setting == "fewshot" else [None]
         seeds = args.seeds if setting in (*B2N, "fed") else args.seeds[: args.other_seeds]
         for shots in shots_list:
@@ -429,6 +430,8 @@ def main() -> None:
     ap.add_argument("--shots", nargs="+", type=int, default=[1, 2, 4, 8, 16])
     ap.add_argument("--set", nargs="*", default=[], help="extra scenario overrides")
     ap.add_argument("--results", default="cells.jsonl")
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS),
+                    help="run only these methods' cells (e.g. two processes, one method each)")
     ap.add_argument("--tune", action="store_true",
                     help="first run the lambda x alpha validation grid of KgCoOp and ManiPT")
     ap.add_argument("--tune-seeds", nargs="+", type=int, default=[0])
