@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from flowerbed.algorithms import adapter_training as at
 from flowerbed.clients.learner import Learner, TaskContext
@@ -88,6 +88,14 @@ class ManiptParams(Params):
     shift_kinds: tuple[ImageKind, ...] = Field(
         (), description="domain-generalisation targets: domain_shift transforms of the test rows")
     shift_severity: float = Field(0.5, ge=0, le=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_off(cls, data: Any) -> Any:
+        """YAML reads a bare ``alpha: off`` as false: that is ``'off'`` here."""
+        if isinstance(data, dict) and data.get("alpha") is False:
+            return {**data, "alpha": "off"}
+        return data
 
     def config(self) -> mp.PromptConfig:
         """The method's preset with this scenario's overrides."""
