@@ -159,13 +159,22 @@ def plan(args: argparse.Namespace, tuning: list[dict[str, Any]]) -> list[dict[st
     return cells
 
 
-def run_cells(path: Path, todo_all: list[dict[str, Any]]) -> None:
-    """Run the cells not yet in ``path``, appending each as it finishes."""
+def run_cells(path: Path, todo_all: list[dict[str, Any]], part: tuple[int, int] = (0, 1)
+              ) -> None:
+    """Run this part's cells not yet in ``path``, appending each as it finishes.
+
+    ``part = (i, n)`` keeps the cells whose index in ``todo_all`` is ``i`` mod ``n``,
+    so ``n`` processes share a grid without running a cell twice; the file is
+    re-read before each cell, so a cell another process finished is skipped.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    mine = [c for i, c in enumerate(todo_all) if i % part[1] == part[0]]
     done = {cell_key(c) for c in load_cells(path)}
-    todo = [c for c in todo_all if cell_key(c) not in done]
-    print(f"{path.name}: {len(todo)} cells to run ({len(done)} done)")
-    for c in todo:
+    print(f"{path.name}: {sum(cell_key(c) not in done for c in mine)} cells to run "
+          f"({len(done)} done)", flush=True)
+    for c in mine:
+        if cell_key(c) in {cell_key(d) for d in load_cells(path)}:
+            continue
         start = time.perf_counter()
         if c["setting"] == "fed":
             out = run_fed_cell(c["method"], c["seed"], c["overrides"])
@@ -183,13 +192,19 @@ def run(args: argparse.Namespace) -> None:
     """The untuned arms, then (``--tune``) the validation grid and the tuned arms.
 
     The untuned arms (CoOp, MaPLe-style, zero-shot) come first, so the testbed's
-    power check is known before the grid runs.
+    power check is known before the grid runs. With ``--part``, a process whose
+    share of the grid is done waits for the other parts before the tuned arms.
     """
+    i, n = args.part.split("/")
+    part = (int(i), int(n))
     tuning_path = OUT / args.tuning
-    run_cells(OUT / args.results, plan(args, load_cells(tuning_path)))
+    run_cells(OUT / args.results, plan(args, load_cells(tuning_path)), part)
     if args.tune:
-        run_cells(tuning_path, tune_plan(args))
-        run_cells(OUT / args.results, plan(args, load_cells(tuning_path)))
+        grid = tune_plan(args)
+        run_cells(tuning_path, grid, part)
+        while {cell_key(c) for c in grid} - {cell_key(c) for c in load_cells(tuning_path)}:
+            time.sleep(20)
+        run_cells(OUT / args.results, plan(args, load_cells(tuning_path)), part)
 
 
 def power_check(cells: list[dict[str, Any]]) -> tuple[bool, str]:
@@ -432,6 +447,8 @@ def main() -> None:
     ap.add_argument("--results", default="cells.jsonl")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS),
                     help="run only these methods' cells (e.g. two processes, one method each)")
+    ap.add_argument("--part", default="0/1",
+                    help="I/N: run every N-th cell from the I-th (N processes share the grid)")
     ap.add_argument("--tune", action="store_true",
                     help="first run the lambda x alpha validation grid of KgCoOp and ManiPT")
     ap.add_argument("--tune-seeds", nargs="+", type=int, default=[0])
