@@ -61,10 +61,15 @@ def cell_key(c: dict[str, Any]) -> str:
 
 
 def load_cells(path: Path) -> list[dict[str, Any]]:
-    """Every finished cell in the results file."""
+    """Every finished cell in the results file (the first row of a cell run twice)."""
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    cells: dict[str, dict[str, Any]] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            c = json.loads(line)
+            cells.setdefault(cell_key(c), c)
+    return list(cells.values())
 
 
 def run_local_cell(setting: str, method: str, seed: int, shots: int | None,
@@ -120,16 +125,20 @@ def tune_plan(args: argparse.Namespace) -> list[dict[str, Any]]:
             for m in TUNED if m in args.methods]
 
 
-def chosen(tuning: list[dict[str, Any]], setting: str, method: str) -> list[str] | None:
+def chosen(tuning: list[dict[str, Any]], setting: str, method: str,
+           partial: bool = False) -> list[str] | None:
     """The grid point with the best mean validation accuracy (ties: the more constrained).
 
-    None until every grid point of ``method`` on ``setting`` has a validation cell.
+    None until every grid point of ``method`` on ``setting`` has a validation cell;
+    ``partial``: the best of the grid points run so far (None if none).
     """
     cells = by(tuning, setting=setting, method=method)
     best: tuple[float, list[str]] | None = None
     for over in grid_overrides(method):
         vals = [c["metrics"]["val_base_accuracy"] for c in cells
                 if c["overrides"][-len(over) - 1 : -1] == over]
+        if not vals and partial:
+            continue
         if not vals:
             return None
         if best is None or float(np.mean(vals)) > best[0]:
@@ -150,7 +159,7 @@ def plan(args: argparse.Namespace, tuning: list[dict[str, Any]]) -> list[dict[st
                 for method in methods:
                     extra: list[str] = []
                     if setting in TUNED_SETTINGS and method in TUNED:
-                        pick = chosen(tuning, setting, method)
+                        pick = chosen(tuning, setting, method, args.partial_grid)
                         if pick is None:
                             continue  # tuning unfinished: the next run adds the cell
                         extra = pick
@@ -159,22 +168,30 @@ def plan(args: argparse.Namespace, tuning: list[dict[str, Any]]) -> list[dict[st
     return cells
 
 
-def run_cells(path: Path, todo_all: list[dict[str, Any]], part: tuple[int, int] = (0, 1)
-              ) -> None:
+def run_cells(path: Path, todo_all: list[dict[str, Any]], part: tuple[int, int] = (0, 1),
+              reverse: bool = False) -> None:
     """Run this part's cells not yet in ``path``, appending each as it finishes.
 
     ``part = (i, n)`` keeps the cells whose index in ``todo_all`` is ``i`` mod ``n``,
-    so ``n`` processes share a grid without running a cell twice; the file is
-    re-read before each cell, so a cell another process finished is skipped.
+    so ``n`` processes share a grid; ``reverse`` walks it from the end (a helper
+    process meeting the others in the middle). Before each cell the results file
+    and the ``.started`` file beside it are re-read: a cell another process
+    finished or started is skipped.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    started = path.with_suffix(".started")
     mine = [c for i, c in enumerate(todo_all) if i % part[1] == part[0]]
     done = {cell_key(c) for c in load_cells(path)}
     print(f"{path.name}: {sum(cell_key(c) not in done for c in mine)} cells to run "
           f"({len(done)} done)", flush=True)
-    for c in mine:
-        if cell_key(c) in {cell_key(d) for d in load_cells(path)}:
+    for c in (mine[::-1] if reverse else mine):
+        taken = {cell_key(d) for d in load_cells(path)}
+        if started.is_file():
+            taken |= set(started.read_text().splitlines())
+        if cell_key(c) in taken:
             continue
+        with started.open("a") as fh:
+            fh.write(cell_key(c) + "\n")
         start = time.perf_counter()
         if c["setting"] == "fed":
             out = run_fed_cell(c["method"], c["seed"], c["overrides"])
@@ -198,10 +215,13 @@ def run(args: argparse.Namespace) -> None:
     i, n = args.part.split("/")
     part = (int(i), int(n))
     tuning_path = OUT / args.tuning
+    if args.tune_only:
+        run_cells(tuning_path, tune_plan(args), part, args.reverse)
+        return
     run_cells(OUT / args.results, plan(args, load_cells(tuning_path)), part)
     if args.tune:
         grid = tune_plan(args)
-        run_cells(tuning_path, grid, part)
+        run_cells(tuning_path, grid, part, args.reverse)
         while {cell_key(c) for c in grid} - {cell_key(c) for c in load_cells(tuning_path)}:
             time.sleep(20)
         run_cells(OUT / args.results, plan(args, load_cells(tuning_path)), part)
@@ -421,14 +441,15 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
                 title="Few-shot, 64 rendered concepts")
         ax1.set_xticks(shots, [str(s) for s in shots])
         ax1.legend()
+    setting = next((b for b in B2N if by(cells, setting=b)), "b2n")
     for m in METHODS:
-        cs = by(cells, setting="b2n", method=m, seed=0)
+        cs = by(cells, setting=setting, method=m, seed=0)
         if cs and cs[0].get("steps"):
             st = cs[0]["steps"]
             ax2.plot(np.asarray(st["drift_text"]) + np.asarray(st["drift_image"]),
                      label=LABEL[m], color=colour[m])
     ax2.set(xlabel="training step", ylabel="drift: 1 - cos (text + image, train batch)",
-            title="Drift of the used features, base-to-novel seed 0")
+            title=f"Drift of the used features, {setting} seed 0")
     ax2.set_yscale("symlog", linthresh=1e-3)
     ax2.legend()
     fig.tight_layout()
@@ -449,6 +470,10 @@ def main() -> None:
                     help="run only these methods' cells (e.g. two processes, one method each)")
     ap.add_argument("--part", default="0/1",
                     help="I/N: run every N-th cell from the I-th (N processes share the grid)")
+    ap.add_argument("--reverse", action="store_true", help="walk this part's grid from the end")
+    ap.add_argument("--tune-only", action="store_true", help="only the validation grid")
+    ap.add_argument("--partial-grid", action="store_true",
+                    help="tuned arms at the best grid point run so far (grid unfinished)")
     ap.add_argument("--tune", action="store_true",
                     help="first run the lambda x alpha validation grid of KgCoOp and ManiPT")
     ap.add_argument("--tune-seeds", nargs="+", type=int, default=[0])
