@@ -426,7 +426,10 @@ def _validation_learner(tmp_path, per_class: int):
 
 
 def test_validation_rows_are_unused_base_training_rows_inside_the_pool(tmp_path):
-    """4 classes, novel fraction 0.5: 3 rows of classes 0 and 1, none a shot, all < 150 (35 unused each)."""
+    """4 classes, novel fraction 0.5: 3 rows of classes 0 and 1, none a shot, all < 150.
+
+    Classes 0 and 1 have 40 rows each below 150, 5 of them shots: 35 unused.
+    """
     learner, fed = _validation_learner(tmp_path, 3)
     x, y = learner.validation_rows(fed.client(0))
     ds = fed.dataset
@@ -437,7 +440,7 @@ def test_validation_rows_are_unused_base_training_rows_inside_the_pool(tmp_path)
     np.testing.assert_array_equal(ds.y_train[idx], y)
     # too many asked: one line naming the field
     learner, fed = _validation_learner(tmp_path, 36)
-    with pytest.raises(ValueError, match="learner.validation_per_class=36"):
+    with pytest.raises(ValueError, match=r"learner\.validation_per_class=36"):
         learner.validation_rows(fed.client(0))
 
 
