@@ -4,6 +4,10 @@ Settings (scenarios/manipt/): base-to-novel (base / novel / HM), few-shot
 (1-16 shots, all classes), cross-dataset (concepts -> Fashion-MNIST) and domain
 generalisation (outline style, noise, blur); plus federated PromptFL (ManiPT's
 vs CoOp's local objective, Dirichlet 0.1) against the same method centralized.
+The base-to-novel testbed of the claims is ``b2n_fashion`` (Fashion-MNIST, 5 base /
+5 novel classes): its report states the testbed's power check first, and ``--tune``
+chooses KgCoOp's and ManiPT's lambda and alpha on a validation split of base-class
+training rows (``tuning.jsonl``) before their cells run.
 Methods: zero-shot, CoOp, KgCoOp, MaPLe-style, ManiPT (``learner.method``).
 Each local-task cell runs the scenario's learner (``run_local``) in this process
 on the scenario's data; federated cells run the scenario through ``flowerbed.run``
