@@ -9,7 +9,10 @@ alpha in {0.1, 0.5} x seeds {0, 1, 2}, then prints
 - bytes per round per client, each way, and client compute seconds per round;
 
 and writes ``docs/methods/img/fedspa_rounds.png`` (personalised accuracy per round, mean
-over seeds) plus ``benchmarks/results/fedspa/table.md``. Finished points are
+over seeds) plus ``benchmarks/results/fedspa/table.md``. Every training arm (FedSPA,
+local-only, FedAvg head, PromptFL) gets ``strategy.local_epochs_last`` epochs in the
+last round. ``--subdir scale100 --set learner.vlm.logit_scale=100`` is the authors'
+logit scale (a sensitivity check), stored apart. Finished points are
 kept in ``points-<alpha>.json`` and skipped on a re-run, so the alphas can run
 as separate processes (``--alphas 0.1`` and ``--alphas 0.5``, then ``--report``).
 
@@ -60,9 +63,9 @@ def run_point(scenario: str, alpha: float, seed: int, extra: list[str]) -> dict[
 
 
 def mean_std(values: list[float], scale: float = 100.0) -> str:
-    """``mean +- std`` (population std over seeds), scaled."""
+    """``mean +- sd`` (sample sd over seeds; the mean alone for one seed), scaled."""
     a = np.asarray(values) * scale
-    return f"{a.mean():.1f} ± {a.std():.1f}"
+    return f"{a.mean():.1f} ± {a.std(ddof=1):.1f}" if len(a) > 1 else f"{a.mean():.1f}"
 
 
 def table(points: list[dict], alphas: list[float]) -> str:  # type: ignore[type-arg]
@@ -86,7 +89,7 @@ def table(points: list[dict], alphas: list[float]) -> str:  # type: ignore[type-
 
 
 def plot(points: list[dict], alphas: list[float], path: Path) -> None:  # type: ignore[type-arg]
-    """One panel per alpha: personalised accuracy per round, mean over seeds (band: +- std)."""
+    """One panel per alpha: personalised accuracy per round, mean over seeds (band: +- sd)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -104,7 +107,8 @@ def plot(points: list[dict], alphas: list[float], path: Path) -> None:  # type: 
             rounds = np.arange(1, c.shape[1] + 1)
             ax.plot(rounds, c.mean(0), marker="o", ms=3, label=LABELS[arm],
                     lw=2.2 if arm == "fedspa" else 1.2)
-            ax.fill_between(rounds, c.mean(0) - c.std(0), c.mean(0) + c.std(0), alpha=0.15)
+            sd = c.std(0, ddof=1) if len(c) > 1 else np.zeros(c.shape[1])
+            ax.fill_between(rounds, c.mean(0) - sd, c.mean(0) + sd, alpha=0.15)
         ax.set_title(f"Dirichlet alpha = {alpha} ({len(sub)} seeds)")
         ax.set_xlabel("round (last round: local_epochs_last)")
         ax.grid(alpha=0.3)
@@ -123,11 +127,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="synthetic toy, seed 0 only")
     parser.add_argument("--set", nargs="*", default=[], help="extra scenario overrides")
     parser.add_argument("--report", action="store_true", help="table and plot of stored points")
+    parser.add_argument("--subdir", default="",
+                        help="results subfolder of a variant (e.g. scale100 with "
+                        "--set learner.vlm.logit_scale=100); its plot goes there too")
     args = parser.parse_args()
     torch.set_num_threads(1)
     scenario = "scenarios/fedspa/synthetic.yaml" if args.quick else "scenarios/fedspa/fmnist.yaml"
     seeds = [0] if args.quick else args.seeds
-    out = OUT / ("quick" if args.quick else "")
+    out = OUT / ("quick" if args.quick else args.subdir)
     out.mkdir(parents=True, exist_ok=True)
     for alpha in [] if args.report else args.alphas:
         store = out / f"points-{alpha}.json"
@@ -143,7 +150,8 @@ def main() -> None:
     md = table(points, args.alphas)
     (out / "table.md").write_text(md + "\n")
     print(md)
-    plot(points, args.alphas, out / "fedspa_rounds.png" if args.quick else PLOT)
+    plot(points, args.alphas,
+         out / "fedspa_rounds.png" if args.quick or args.subdir else PLOT)
 
 
 if __name__ == "__main__":

@@ -233,9 +233,12 @@ def test_results_unchanged_by_the_state_api_and_no_cache_state(tmp_path, monkeyp
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("FLOWERBED_CACHE", str(cache))
-    before = json.loads(
+    fixture = json.loads(
         (Path(__file__).parent / "fixtures" / "fedspa_before_state_api.json").read_text()
-    )["results"]
+    )
+    # The FedAvg and PromptFL arms keep no client state; their numbers moved when every
+    # training arm got the same last round (recorded then, under equal_last_round).
+    before = fixture["results"] | fixture["equal_last_round"]
     result = flowerbed.run(SCENARIO, [
         *QUICK, "strategy.baselines=[zero_shot, fedavg_linear, local_only, promptfl]",
     ], output_dir=tmp_path / "runs")
@@ -321,3 +324,32 @@ def test_simulation_engine_matches_inline(tmp_path):
     for source in ("federated", "local_only"):
         for key in ("local_test/accuracy", "test/accuracy"):
             assert sim[source][key] == inline[source][key], (source, key)
+
+
+@pytest.mark.slow
+def test_every_training_arm_gets_the_same_last_round_epochs(tmp_path, monkeypatch):
+    """QUICK: 3 rounds of 2 local epochs, then 10; the baselines' rounds read 2, 2, 10 too.
+
+    The epochs each arm asks for are recorded at the federation (what the clients
+    receive), and compared with the schedule written out here.
+    """
+    import flowerbed
+    from flowerbed.methods.fedspa import learner as keys
+    from flowerbed.strategies.federation import Federation
+
+    asked: list[tuple[str, object]] = []
+    original = Federation.ask
+
+    def spy(self, message, payload, *args, **kwargs):
+        if keys.EPOCHS in payload.config:
+            arm = payload.config.get(keys.ARM, message)
+            asked.append((arm, payload.config[keys.EPOCHS]))
+        return original(self, message, payload, *args, **kwargs)
+
+    monkeypatch.setattr(Federation, "ask", spy)
+    flowerbed.run(SCENARIO, [*QUICK, "strategy.server_epochs=1"], output_dir=tmp_path)
+    schedule = [2, 2, 10]
+    arms = {a for a, _ in asked}
+    assert arms == {"fedspa", "local_only", keys.LINEAR_MESSAGE, keys.PROMPT_MESSAGE}
+    for arm in arms:
+        assert [e for a, e in asked if a == arm] == schedule, arm

@@ -370,3 +370,84 @@ def test_learner_params_override_the_preset_and_bad_method_names_the_field():
         ManiptParams.model_validate({"vlm": vlm, "method": "mapple"})
     base, novel = split_classes(5, 0.5)
     assert list(base) == [0, 1, 2] and list(novel) == [3, 4]
+
+
+def test_evaluate_reports_the_used_and_the_unfused_drift_by_hand():
+    """Drift of Norm(f0 + 0.5 fp) and of fp itself, from the toy branch's formulas.
+
+    The fusion rotates the used features less than the prompted branch, so the
+    unfused image drift is the larger one.
+    """
+    br, x, y, ctx0, t0, f0 = toy_problem(seed=4)
+    cfg = mp.PromptConfig(alpha=0.5)
+    prompts = mp.init_prompts(ctx0, br.visual_dim, cfg)
+    w = 0.8 * torch.randn(br.visual_dim, br.context_dim, generator=torch.Generator()
+                          .manual_seed(9))
+    prompts[mp.COUPLING_W] = w
+    ctx = ctx0 + 0.3
+    prompts[mp.CONTEXT] = ctx
+    out = mp.evaluate(br, {k: v.numpy() for k, v in prompts.items()}, cfg, br.names, x, y,
+                      t0.numpy(), f0.numpy(), 1.0)
+    shift = (ctx @ w.T).mean(0)
+    fp = F.normalize(x @ br.b + torch.relu(x + shift) @ br.c, dim=-1)
+    tp = F.normalize(br.emb + ctx.mean(0) @ br.a, dim=-1)
+
+    def drift(a, b):
+        return float((1 - (a * b).sum(1) / a.norm(dim=1) / b.norm(dim=1)).mean())
+
+    assert out["drift_image_unfused"] == pytest.approx(drift(fp, f0), abs=1e-5)
+    assert out["drift_text_unfused"] == pytest.approx(drift(tp, t0), abs=1e-5)
+    assert out["drift_image"] == pytest.approx(drift(f0 + 0.5 * fp, f0), abs=1e-5)
+    assert out["drift_text"] == pytest.approx(drift(t0 + 0.5 * tp, t0), abs=1e-5)
+    assert 0 < out["drift_image"] < out["drift_image_unfused"]
+
+
+def _validation_learner(tmp_path, per_class: int):
+    import yaml
+
+    from flowerbed.core import registry
+    from flowerbed.core.scenario import load_scenario
+    from flowerbed.data.federated import federated_data
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "val", "seed": 3, "num_clients": 1, "rounds": 1,
+        "dataset": {"name": "synthetic_clip", "num_classes": 4, "train_per_class": 40},
+        "partition": {"name": "fewshot_dirichlet", "num_shots": 5, "alpha": 1.0,
+                      "pool_rows": 150},
+        "clients": {"local_test_fraction": 0.0},
+        "learner": {"name": "manipt", "vlm": {"name": "two_tower_concepts"},
+                    "validation_per_class": per_class},
+        "strategy": {"name": "local"}, "engine": "inline"}))
+    scenario = load_scenario(path)
+    learner = registry.build("learner", scenario.component("learner"), scenario=scenario)
+    fed = federated_data(scenario)
+    return learner, fed
+
+
+def test_validation_rows_are_unused_base_training_rows_inside_the_pool(tmp_path):
+    """4 classes, novel fraction 0.5: 3 rows of classes 0 and 1, none a shot, all < 150.
+
+    Classes 0 and 1 have 40 rows each below 150, 5 of them shots: 35 unused.
+    """
+    learner, fed = _validation_learner(tmp_path, 3)
+    x, y = learner.validation_rows(fed.client(0))
+    ds = fed.dataset
+    idx = [int(np.flatnonzero((ds.x_train == row).all(axis=1))[0]) for row in x]
+    assert sorted(np.bincount(y).tolist()) == [3, 3] and set(y.tolist()) == {0, 1}
+    assert all(i < 150 for i in idx)
+    assert not set(idx) & set(np.concatenate(fed.partition.indices).tolist())
+    np.testing.assert_array_equal(ds.y_train[idx], y)
+    # too many asked: one line naming the field
+    learner, fed = _validation_learner(tmp_path, 36)
+    with pytest.raises(ValueError, match=r"learner\.validation_per_class=36"):
+        learner.validation_rows(fed.client(0))
+
+
+def test_prompts_train_at_clip_logit_scale_by_default():
+    from flowerbed.methods.manipt.learner import ManiptParams
+
+    p = ManiptParams.model_validate({"vlm": {"name": "two_tower_concepts"}})
+    assert p.train_logit_scale == 100.0
+    assert ManiptParams.model_validate({"vlm": {"name": "two_tower_concepts"},
+                                        "train_logit_scale": None}).train_logit_scale is None

@@ -39,7 +39,9 @@ class FedSpaParams(Params):
     """Local schedule, server alignment (authors' defaults) and the comparison arms."""
 
     local_epochs: int = Field(5, ge=0)
-    local_epochs_last: int = Field(100, ge=0, description="last round's epochs; 0: local_epochs")
+    local_epochs_last: int = Field(
+        100, ge=0, description="last round's epochs of every training arm (FedSPA, local-only, "
+        "FedAvg linear head, PromptFL); 0: their usual epochs")
     server_epochs: int = Field(100, ge=0, description="alignment epochs per round")
     global_lr: float = Field(2e-3, gt=0)
     global_batch_size: int = Field(8, ge=1)
@@ -47,7 +49,8 @@ class FedSpaParams(Params):
     temperature: float = Field(fs.TEMPERATURE, gt=0)
     baselines: tuple[Baseline, ...] = Field(BASELINES)
     baseline_epochs: int | None = Field(
-        None, ge=1, description="local epochs of the FedAvg / PromptFL arms (default local_epochs)"
+        None, ge=1, description="local epochs of the FedAvg / PromptFL arms before the last "
+        "round (default local_epochs)"
     )
 
 
@@ -137,11 +140,15 @@ class FedSpaStrategy(Strategy):
             ctx.extra_results[name] = arms[name](fed, ctx)
         return final
 
-    def epochs(self, r: int) -> int:
-        """Local epochs of round ``r`` (1-based): ``local_epochs_last`` in the last round."""
+    def epochs(self, r: int, every: int | None = None) -> int:
+        """Local epochs of round ``r`` (1-based): ``local_epochs_last`` in the last round.
+
+        ``every`` is the arm's epochs in the other rounds (default ``local_epochs``);
+        every training arm gets the same last round, so none has a larger final budget.
+        """
         p: FedSpaParams = self.params  # type: ignore[assignment]
         last = r == self.scenario.rounds and p.local_epochs_last > 0
-        return p.local_epochs_last if last else p.local_epochs
+        return p.local_epochs_last if last else (p.local_epochs if every is None else every)
 
     def _init_prototypes(self, fed: Federation, ctx: ServerContext) -> tuple[np.ndarray, int]:
         """P0 from the clients' class sums and counts; bytes uploaded per client."""
@@ -234,9 +241,10 @@ class FedSpaStrategy(Strategy):
         """FedAvg rounds of ``init`` (weighted by examples), each scored on every client."""
         p: FedSpaParams = self.params  # type: ignore[assignment]
         arm, arrays, acc = _Arm(name, ctx), init, (0.0, 0.0, 0.0)
-        epochs = p.baseline_epochs or p.local_epochs
+        every = p.baseline_epochs or p.local_epochs
         for r in range(1, self.scenario.rounds + 1):
-            replies = fed.ask(message, Payload(arrays, {keys.EPOCHS: epochs}), server_round=r)
+            config = {keys.EPOCHS: self.epochs(r, every)}
+            replies = fed.ask(message, Payload(arrays, config), server_round=r)
             trained = [x for x in replies.ok.values() if x.num_examples > 0]
             arrays = {k: at.weighted_average([x.arrays[k] for x in trained],
                                              [x.num_examples for x in trained]) for k in init}

@@ -189,7 +189,12 @@ def batched_image(branch: Branch, inputs: torch.Tensor, tokens: torch.Tensor | N
 def evaluate(branch: Branch, prompts: dict[str, np.ndarray], cfg: PromptConfig,
              names: Sequence[str], inputs: torch.Tensor, y: np.ndarray, t0: np.ndarray,
              f0: np.ndarray, logit_scale: float) -> dict[str, float]:
-    """Accuracy among ``names`` and the cosine drift of the used features on these rows."""
+    """Accuracy among ``names`` and the cosine drift on these rows.
+
+    ``drift_*`` is the drift of the used (fused) features, ``drift_*_unfused``
+    that of the prompted branch alone: the fusion ``Norm(f0 + alpha f^p)`` by
+    itself rotates the used features less than the prompted ones.
+    """
     import torch
 
     p = {k: torch.as_tensor(v) for k, v in prompts.items()}
@@ -197,13 +202,15 @@ def evaluate(branch: Branch, prompts: dict[str, np.ndarray], cfg: PromptConfig,
     with torch.no_grad():
         tokens = visual_tokens(p)
         fp = f0t if tokens is None else batched_image(branch, inputs, tokens)
-        t = fuse(t0t, branch.text(p[CONTEXT], names), cfg.alpha)
-        f = fuse(f0t, fp, cfg.alpha)
+        tp = branch.text(p[CONTEXT], names)
+        t, f = fuse(t0t, tp, cfg.alpha), fuse(f0t, fp, cfg.alpha)
         pred = (f @ t.T).argmax(1).numpy()
     del logit_scale  # argmax does not depend on the positive scale
     return {"accuracy": float((pred == np.asarray(y)).mean()) if len(y) else 0.0,
             "drift_text": float(cosine_consistency(t, t0t)),
             "drift_image": float(cosine_consistency(f, f0t)) if len(y) else 0.0,
+            "drift_text_unfused": float(cosine_consistency(tp, t0t)),
+            "drift_image_unfused": float(cosine_consistency(fp, f0t)) if len(y) else 0.0,
             "pca_drift_image": pca_drift(f.numpy(), *pca_basis(f0)) if len(y) > 2 else 0.0}
 
 

@@ -6,6 +6,10 @@ maths in :mod:`flowerbed.methods.manipt.algorithm`, prompted towers in
 :data:`flowerbed.methods.manipt.algorithm.PRESETS`; ``lambda_text``, ``lambda_image``
 and ``alpha`` override it (ablations: no image / text consistency, no bias).
 
+Prompts train with cross-entropy at CLIP's logit scale 100 (``train_logit_scale``),
+whatever the VLM's own scale: the consistency weights are in the units of CLIP's
+loss, where KgCoOp tuned its lambda = 8.
+
 As a local task (``run_local``), the client tunes prompts on the few-shot
 training rows of its *base* classes (the first ``1 - novel_fraction`` of the
 class list, as in CoOp's base-to-novel protocol) and reports accuracy on its
@@ -29,7 +33,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from flowerbed.algorithms import adapter_training as at
 from flowerbed.clients.learner import Learner, TaskContext
@@ -49,6 +53,8 @@ TRAIN_MESSAGE = "train.manipt"
 EVAL_MESSAGE = "evaluate.manipt"
 EPOCHS = "epochs"
 Method = Literal["coop", "kgcoop", "maple", "manipt"]
+#: CLIP's fixed logit scale, at which CoOp, KgCoOp and MaPLe train (and KgCoOp tuned lambda).
+CLIP_LOGIT_SCALE = 100.0
 
 VlmSpec = vlm_spec_type()
 DatasetSpec = registry.spec_union("dataset")
@@ -65,6 +71,13 @@ class ManiptParams(Params):
         None, description="override the fusion weight; 'off': no incremental bias")
     prompt_init: str = Field("a photo of a", description="context initialisation (CoOp)")
     template: str = Field("a photo of a {}.", description="hand template of the frozen t0")
+    train_logit_scale: float | None = Field(
+        CLIP_LOGIT_SCALE, gt=0, description="logit scale of the training cross-entropy "
+        "(default CLIP's 100, the scale the lambdas were tuned at; null: the VLM's own); "
+        "evaluation is an argmax and does not depend on it")
+    validation_per_class: int = Field(
+        0, ge=0, description="run_local: score only on this many unused training rows per "
+        "base class (a validation split for choosing lambda / alpha; 0: the test rows)")
     lr: float = Field(2e-3, gt=0, description="AdamW learning rate of the prompts")
     epochs: int = Field(10, ge=0, description="local epochs (run_local; federated: per round)")
     batch_size: int = Field(32, ge=1)
@@ -75,6 +88,14 @@ class ManiptParams(Params):
     shift_kinds: tuple[ImageKind, ...] = Field(
         (), description="domain-generalisation targets: domain_shift transforms of the test rows")
     shift_severity: float = Field(0.5, ge=0, le=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_off(cls, data: Any) -> Any:
+        """YAML reads a bare ``alpha: off`` as false: that is ``'off'`` here."""
+        if isinstance(data, dict) and data.get("alpha") is False:
+            return {**data, "alpha": "off"}
+        return data
 
     def config(self) -> mp.PromptConfig:
         """The method's preset with this scenario's overrides."""
@@ -161,8 +182,9 @@ class ManiptLearner(Learner):
         f0 = batched_image(branch, inputs, None)
         t0 = as_tensors({"t": self.t0(names)})["t"]
         cfg = at.TrainConfig(self.p.lr, epochs, self.p.batch_size, seed)
+        scale = self.p.train_logit_scale or vlm.logit_scale
         return mp.train(branch, as_tensors(prompts), self.p.config(), names, inputs,
-                        data.y_train[keep], t0, f0, cfg, vlm.logit_scale)
+                        data.y_train[keep], t0, f0, cfg, scale)
 
     def score(self, prompts: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray,
               meta: DatasetMeta, classes: np.ndarray, prefix: str) -> dict[str, float]:
@@ -183,6 +205,33 @@ class ManiptLearner(Learner):
         zero_shot = float(((f0 @ t0.T).argmax(1) == labels).mean())
         return {f"{prefix}{k}": v for k, v in out.items()} | {
             f"{prefix}zero_shot_accuracy": zero_shot, f"{prefix}n_test": float(keep.sum())}
+
+    def validation_rows(self, data: ClientData) -> tuple[np.ndarray, np.ndarray]:
+        """``validation_per_class`` seeded training rows of each base class that no client holds.
+
+        Drawn from the partition's pool (its ``pool_rows`` when it has them), so a
+        VLM's pre-training slice stays out; the test rows are never touched.
+        """
+        from flowerbed.core.seeds import rng
+        from flowerbed.data.federated import federated_data
+
+        fed = federated_data(self.scenario)
+        y = fed.dataset.y_train
+        pool = getattr(self.scenario.component("partition"), "pool_rows", None)
+        free = np.setdiff1d(np.arange(min(pool or len(y), len(y))),
+                            np.concatenate(fed.partition.indices))
+        base, _ = split_classes(data.meta.num_classes, self.p.novel_fraction)
+        k = self.p.validation_per_class
+        rows = []
+        for c in base:
+            mine = free[y[free] == c]
+            if len(mine) < k:
+                raise ValueError(f"learner.validation_per_class={k}: class {c} has only "
+                                 f"{len(mine)} unused training rows")
+            rows.append(rng(self.scenario.seed, "manipt", "validation", int(c)).choice(
+                mine, k, replace=False))
+        idx = np.sort(np.concatenate(rows))
+        return fed.dataset.x_train[idx], y[idx]
 
     def base_novel(self, prompts: dict[str, np.ndarray], data: ClientData) -> dict[str, float]:
         """Base, novel and harmonic-mean accuracy on the client's test rows (and zero-shot)."""
@@ -223,8 +272,14 @@ class ManiptLearner(Learner):
         start = time.perf_counter()
         result = self.tune(self.initial_prompts(), data, self.p.epochs, ctx.seed)
         seconds = time.perf_counter() - start
-        metrics = {"train_seconds": seconds, **self.base_novel(result.prompts, data),
-                   **self.targets(result.prompts, data)}
+        if self.p.validation_per_class:
+            x, y = self.validation_rows(data)
+            base, _ = split_classes(data.meta.num_classes, self.p.novel_fraction)
+            scores = self.score(result.prompts, x, y, data.meta, base, "val_base_")
+        else:
+            scores = {**self.base_novel(result.prompts, data),
+                      **self.targets(result.prompts, data)}
+        metrics = {"train_seconds": seconds, **scores}
         if result.steps:
             metrics["train_loss"] = result.steps[-1]["loss"]
         arrays = {**result.prompts, **step_arrays(result.steps)}
