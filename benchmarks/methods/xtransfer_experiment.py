@@ -270,14 +270,16 @@ def _key(r: dict) -> tuple:
 
 
 def jobs(args: argparse.Namespace, done: set) -> list[dict]:
+    """The episodes still to run, every shot count of one subject before the next subject
+    (so a cut-short run still pairs its shot counts over the same subjects)."""
     out = []
     for seed in args.seeds:
-        for shots in args.shots:
-            for target in args.targets:
-                subjects = [0] if target == "basic_motions" else list(args.subjects)
-                modes = [m for m in args.modes if m == "local" or target == "watch"]
-                for mode in modes:
-                    for s in subjects:
+        for target in args.targets:
+            subjects = [0] if target == "basic_motions" else list(args.subjects)
+            modes = [m for m in args.modes if m == "local" or target == "watch"]
+            for mode in modes:
+                for s in subjects:
+                    for shots in args.shots:
                         job = {
                             "target": target,
                             "mode": mode,
