@@ -959,3 +959,124 @@ def test_trained_sources_train_on_one_thread_and_restore_the_callers(monkeypatch
         assert seen == [1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+# --- issue 51: KNN k <= shots, no singleton search, the official and equal-data heads -------
+
+
+class _Identity(nn.Module):
+    """A stand-in backbone whose features are its inputs, flattened."""
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(1)
+
+
+def test_knn_uses_at_most_shots_neighbours():
+    """On separable clusters of 3 shots per class, k = min(5, shots) = 3 gives scikit-learn's
+    3-NN and a perfect score; at one shot per class k = 1 keeps it perfect, where 5
+    neighbours (more than a class has) are all ties and nearly a constant predictor."""
+    from sklearn.metrics import f1_score
+    from sklearn.neighbors import KNeighborsClassifier
+
+    gen = np.random.default_rng(0)
+    centres = 10.0 * np.eye(7)
+    y_s = np.repeat(np.arange(7), 3)
+    y_q = np.repeat(np.arange(7), 4)
+    x_s = torch.tensor(centres[y_s] + gen.normal(0, 0.1, (len(y_s), 7)), dtype=torch.float32)
+    x_q = torch.tensor(centres[y_q] + gen.normal(0, 0.1, (len(y_q), 7)), dtype=torch.float32)
+    assert xs.knn_neighbours(5, y_s) == 3
+    assert xs.knn_neighbours(2, y_s) == 2
+    assert xs.knn_neighbours(5, np.array([0, 0, 1, 1, 1, 2, 2, 2])) == 2  # smallest class
+    pred = xs.knn_predict(_Identity(), x_s, y_s, x_q, 5)
+    ref = KNeighborsClassifier(n_neighbors=3).fit(x_s.numpy(), y_s).predict(x_q.numpy())
+    np.testing.assert_array_equal(pred, ref)
+    assert f1_score(y_q, pred, average="macro") == 1.0
+    one = x_s[::3], y_s[::3]
+    assert xs.knn_neighbours(5, one[1]) == 1
+    pred1 = xs.knn_predict(_Identity(), *one, x_q, 5)
+    assert f1_score(y_q, pred1, average="macro") == 1.0
+    five = KNeighborsClassifier(n_neighbors=5).fit(one[0].numpy(), one[1]).predict(x_q.numpy())
+    assert f1_score(y_q, five, average="macro") < 0.3
+
+
+def test_search_with_singleton_classes_is_refused_in_one_line():
+    from pydantic import ValidationError
+
+    from flowerbed.methods.xtransfer.learner import XTransferParams
+
+    x, y = _toy_target(n_per_class=1)
+    xv, yv = _toy_target(seed=1)
+    with pytest.raises(ValueError, match=r"^shots: .*3 of 3 classes have 1") as err:
+        xs.search(_toy_pool(), x, y, xv, yv, _cfg(episodes=2))
+    assert "\n" not in str(err.value)
+    x2, y2 = _toy_target(n_per_class=2)
+    keep = np.r_[0, 2, 3, 4, 5]  # class 0 keeps one window, classes 1 and 2 two
+    with pytest.raises(ValueError, match=r"1 of 3 classes have 1"):
+        xs.search(_toy_pool(), x2[keep], y2[keep], xv, yv, _cfg(episodes=2))
+    with pytest.raises(ValidationError, match="shots: XTransfer's search needs at least 2"):
+        XTransferParams(shots=1)
+
+
+def test_heads_official_metric_equal_data_and_refit(one_layer_pool, monkeypatch, tmp_path):
+    """One episode: the equal-data arm is the probes' head on exactly support + validation
+    (an independent scikit-learn fit on those rows predicts the same), the official metric
+    is a 3-NN on the support after the fine-tune, and heads re-fitted on the stored model
+    equal the episode's."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import accuracy_score, f1_score
+    from sklearn.neighbors import KNeighborsClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from flowerbed.methods.xtransfer import model_baselines as xb
+    from flowerbed.methods.xtransfer.learner import (
+        XTransferParams,
+        episode_inputs,
+        episode_metrics,
+        refit_heads,
+        search_config,
+    )
+
+    x, y = _toy_target(n_per_class=14, seed=5)
+    x = x + torch.as_tensor(np.random.default_rng(5).normal(0, 1.5, x.shape), dtype=x.dtype)
+    x_np = x.numpy()
+    p = XTransferParams(sources=("signal_cnn",), shots=3, val=3, episodes=10, rotation_steps=2,
+                        prune=False, finetune_steps=5)
+    path = tmp_path / "model.pt"
+    metrics, record = episode_metrics(p, x_np, y, seed=11, save_model=path)
+    assert record["xtransfer_official"]["knn_k"] == 3 == record["xtransfer_knn"]["knn_k"]
+
+    inputs = episode_inputs(p, x_np, y, seed=11)
+    sup, val, q = inputs.split.support, inputs.split.val, inputs.split.query
+    model = torch.load(path, weights_only=False)
+    seen = []
+    logreg = xb._logreg
+    monkeypatch.setattr(xb, "_logreg", lambda f, yy, g: seen.append((f, yy)) or logreg(f, yy, g))
+    out = xb.xtransfer_heads(model, inputs.x, inputs.y, inputs.split, p.finetune_steps,
+                             p.knn_k, search_config(p, 11).seed)
+    rows = np.concatenate([sup, val])
+    with torch.no_grad():
+        f = model.embed(inputs.x).numpy()
+    (f_tr, y_tr), = seen
+    np.testing.assert_array_equal(f_tr, f[rows])
+    np.testing.assert_array_equal(y_tr, inputs.y[rows])
+    assert sorted(rows) == sorted(set(sup) | set(val)) and len(rows) == 2 * 3 * 3
+    ref = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit(
+        f[rows], inputs.y[rows]).predict(f[q])
+    np.testing.assert_array_equal(out["xtransfer_equal"].pred, ref)
+    assert metrics["xtransfer_equal_macro_f1"] == pytest.approx(
+        f1_score(inputs.y[q], ref, average="macro"))
+    assert metrics["xtransfer_equal_accuracy"] == pytest.approx(accuracy_score(inputs.y[q], ref))
+
+    tuned = out["xtransfer"].model.model
+    with torch.no_grad():
+        g = tuned.embed(inputs.x).numpy()
+    knn = KNeighborsClassifier(n_neighbors=3).fit(g[sup], inputs.y[sup]).predict(g[q])
+    np.testing.assert_array_equal(out["xtransfer_official"].pred, knn)
+    assert metrics["xtransfer_official_macro_f1"] == pytest.approx(
+        f1_score(inputs.y[q], knn, average="macro"))
+
+    refit = refit_heads(p, path, x_np, y, seed=11)
+    for head in ("xtransfer", "xtransfer_knn", "xtransfer_official", "xtransfer_equal"):
+        for m in ("macro_f1", "accuracy"):
+            assert refit[f"{head}_{m}"] == metrics[f"{head}_{m}"], (head, m)

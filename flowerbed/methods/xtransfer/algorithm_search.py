@@ -426,10 +426,15 @@ def search(
 
     ``x_*`` are raw target windows ``(n, C, T)``; labels ``0..K-1``. Returns the
     recombined model (eval mode) and one record per position examined.
+
+    Raises ValueError naming the class count when a class has a single support
+    window: its silhouette, hence every S-score, is undefined (the official code
+    raises there too), so the search would be blind.
     """
     t0 = time.perf_counter()
     n_classes = len(np.unique(y_train))
     n_shot = int(np.bincount(y_train).min())
+    refuse_singletons(y_train)
     by_pos: dict[int, list[SourceLayer]] = {}
     for e in pool:
         by_pos.setdefault(e.index, []).append(e)
@@ -503,18 +508,42 @@ def _record(
     }
 
 
+def refuse_singletons(y_train: np.ndarray) -> None:
+    """Raise ValueError (one line, naming the class count) if a class has one support window."""
+    counts = np.bincount(y_train)
+    counts = counts[counts > 0]
+    singles = int((counts == 1).sum())
+    if singles:
+        raise ValueError(
+            f"shots: XTransfer's search needs at least 2 support windows per class; "
+            f"{singles} of {len(counts)} classes have 1 (a singleton class has no silhouette, "
+            "so every S-score is undefined)")
+
+
+def knn_neighbours(k: int, y_support: np.ndarray) -> int:
+    """``min(k, shots)``: ``k`` capped at the smallest class's support count.
+
+    With more neighbours than a class has windows, a vote can never be won by
+    that class's own windows alone (at 1 shot and k = 5 the KNN is nearly a
+    constant predictor).
+    """
+    counts = np.bincount(y_support)
+    return int(min(k, counts[counts > 0].min()))
+
+
 def knn_predict(
-    model: Recombined, x_support: torch.Tensor, y_support: np.ndarray, x_query: torch.Tensor, k: int
+    model: nn.Module, x_support: torch.Tensor, y_support: np.ndarray, x_query: torch.Tensor, k: int
 ) -> np.ndarray:
     """``TEST_METHOD='KNN'``: k-nearest neighbours on the support's features.
 
-    ``k`` is capped at the support size.
+    ``model.embed`` gives the features; ``k`` is capped at the shots per class
+    (:func:`knn_neighbours`).
     """
     from sklearn.neighbors import KNeighborsClassifier
 
     with torch.no_grad():
-        f_s, f_q = model.embed(x_support).numpy(), model.embed(x_query).numpy()
-    knn = KNeighborsClassifier(n_neighbors=min(k, len(y_support))).fit(f_s, y_support)
+        f_s, f_q = model.embed(x_support).numpy(), model.embed(x_query).numpy()  # type: ignore[operator]
+    knn = KNeighborsClassifier(n_neighbors=knn_neighbours(k, y_support)).fit(f_s, y_support)
     pred: np.ndarray = knn.predict(f_q)
     return pred
 

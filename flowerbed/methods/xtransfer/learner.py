@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -51,7 +52,7 @@ class XTransferParams(Params):
     sources: tuple[Source, ...] = Field(
         ("efficientnet", "minilm", "fmnist_cnn", "signal_cnn"), min_length=1,
         description="source models of the pool (crepe: CREPE-tiny audio, slow on CPU)")
-    shots: int = Field(5, ge=1, description="support windows per class")
+    shots: int = Field(5, ge=1, description="support windows per class (the search needs 2+)")
     val: int = Field(5, ge=1, description="validation windows per class (the code's 5)")
     search_depth: int = Field(3, ge=1, description="layers ahead examined per position")
     break_depth: int = Field(9, ge=0, description="deepest layer index searched")
@@ -68,7 +69,7 @@ class XTransferParams(Params):
     max_mflops: float | None = Field(None, gt=0, description="budget, MFLOPs per inference")
     init_pick_range: float = Field(0.5, gt=0, le=1, description="quick-check share kept")
     finetune_steps: int = Field(100, ge=0, description="steps of the final linear head")
-    knn_k: int = Field(5, ge=1, description="neighbours of the KNN head (capped at support)")
+    knn_k: int = Field(5, ge=1, description="neighbours of the KNN heads (capped at shots)")
     image_size: int = Field(64, ge=32, description="EfficientNet input side")
     efficientnet_blocks: int = Field(8, ge=1, le=16, description="MBConv blocks in the pool")
     tokens: int = Field(16, ge=4, description="MiniLM sequence length")
@@ -80,6 +81,10 @@ class XTransferParams(Params):
     def _distinct(self) -> XTransferParams:
         if len(set(self.sources)) != len(self.sources):
             raise ValueError(f"sources: each source once, got {list(self.sources)}")
+        if self.shots < 2:
+            raise ValueError(
+                f"shots: XTransfer's search needs at least 2 support windows per class, got "
+                f"{self.shots} (a singleton class has no silhouette; the paper uses 3, 5, 10)")
         return self
 
 
@@ -142,35 +147,65 @@ def episode_inputs(p: XTransferParams, x: np.ndarray, y: np.ndarray, seed: int,
 
 def episode_metrics(p: XTransferParams, x: np.ndarray, y: np.ndarray, seed: int,
                     query: tuple[np.ndarray, np.ndarray] | None = None,
-                    finetune_sources: tuple[str, ...] | None = None
+                    finetune_sources: tuple[str, ...] | None = None,
+                    save_model: str | Path | None = None,
                     ) -> tuple[dict[str, float], dict[str, object]]:
     """Run XTransfer and ``p.baselines`` on one episode; metrics and a JSON-able record.
 
     Labels are remapped to ``0..K-1`` (see :func:`episode_inputs`). ``finetune_sources``
     restricts the ``finetune`` baseline to those sources (default: every source;
     the benchmark skips the slow EfficientNet / MiniLM fine-tunes on a loaded machine).
+    ``save_model``: a file to keep the searched model in (before any head;
+    :func:`refit_heads` re-fits the heads from it without searching again).
     """
     metrics, record, _ = episode(p, episode_inputs(p, x, y, seed, query), seed,
-                                 finetune_sources)
+                                 finetune_sources, save_model)
     return metrics, record
 
 
 def episode(p: XTransferParams, inputs: EpisodeInputs, seed: int,
-            finetune_sources: tuple[str, ...] | None = None
+            finetune_sources: tuple[str, ...] | None = None,
+            save_model: str | Path | None = None,
             ) -> tuple[dict[str, float], dict[str, object], LinearHead]:
     """:func:`episode_metrics` on prepared inputs, also returning XTransfer's linear head."""
+    import torch
+
     from flowerbed.methods.xtransfer import model_baselines as xb
     from flowerbed.methods.xtransfer.algorithm_search import LinearHead
 
     pool = build_pool(p)
     out = xb.run_xtransfer(pool, inputs.x, inputs.y, inputs.split, search_config(p, seed),
                            p.finetune_steps, p.knn_k)
+    if save_model is not None:
+        torch.save(out["xtransfer_knn"].model, save_model)
     out |= _baselines(p, pool, inputs, seed, finetune_sources)
     metrics, record = _scores(out, inputs)
     metrics["xtransfer_depth"] = float(out["xtransfer"].extra["depth"])
     head = out["xtransfer"].model
     assert isinstance(head, LinearHead)
     return metrics, record, head
+
+
+def refit_heads(p: XTransferParams, model_file: str | Path, x: np.ndarray, y: np.ndarray,
+                seed: int, query: tuple[np.ndarray, np.ndarray] | None = None
+                ) -> dict[str, float]:
+    """XTransfer's heads re-fitted on a searched model saved by :func:`episode_metrics`.
+
+    The episode (``x``, ``y``, ``seed``, ``query``) must be the one the model was
+    searched on; only the heads run (:func:`~flowerbed.methods.xtransfer.
+    model_baselines.xtransfer_heads`), so their training seconds exclude the search.
+    """
+    import torch
+
+    from flowerbed.methods.xtransfer import model_baselines as xb
+
+    inputs = episode_inputs(p, x, y, seed, query)
+    # Our own pickled module, written by episode_metrics, not foreign data.
+    model = torch.load(model_file, weights_only=False)
+    out = xb.xtransfer_heads(model, inputs.x, inputs.y, inputs.split, p.finetune_steps,
+                             p.knn_k, search_config(p, seed).seed)
+    metrics, _ = _scores(out, inputs)
+    return metrics
 
 
 def baseline_metrics(p: XTransferParams, x: np.ndarray, y: np.ndarray, seed: int,

@@ -2,8 +2,9 @@
 
 An episode draws ``shots`` support and ``val`` validation windows per class
 (seeded); XTransfer repairs on the support, selects layers on both and trains
-its final linear head on the validation windows, as the official code does.
-Every baseline trains on the union of those labelled windows:
+its final linear head on the validation windows, as the official code does
+(:func:`xtransfer_heads` lists its four heads, one of them trained on the
+baselines' rows). Every baseline trains on the union of those labelled windows:
 
 - ``scratch_cnn``: a Conv4-1D (64 channels) trained from scratch on the raw windows;
 - ``stats_logreg``: per-channel statistics (mean, std, min, max, mean absolute
@@ -97,22 +98,66 @@ def _timed(fn: Callable[[], tuple[np.ndarray, Cost, dict[str, float | str]]]) ->
 def run_xtransfer(pool: list[xs.SourceLayer], x: torch.Tensor, y: np.ndarray, split: Split,
                   cfg: xs.SearchConfig, finetune_steps: int, knn_k: int
                   ) -> dict[str, Outcome]:
-    """Search, then the KNN head (support) and the fine-tuned linear head (validation)."""
-    n_classes = len(np.unique(y))
+    """Search on the support and validation shots, then :func:`xtransfer_heads`.
+
+    The searched model (before any head) is ``out["xtransfer_knn"].model``.
+    """
     t0 = time.perf_counter()
     res = xs.search(pool, x[split.support], y[split.support], x[split.val], y[split.val], cfg)
-    search_s = time.perf_counter() - t0
-    knn = xs.knn_predict(res.model, x[split.support], y[split.support], x[split.query], knn_k)
+    return xtransfer_heads(res.model, x, y, split, finetune_steps, knn_k, cfg.seed,
+                           time.perf_counter() - t0)
+
+
+def xtransfer_heads(model: xs.Recombined, x: torch.Tensor, y: np.ndarray, split: Split,
+                    finetune_steps: int, knn_k: int, seed: int, search_s: float = 0.0
+                    ) -> dict[str, Outcome]:
+    """XTransfer's four heads on one searched model (which none of them modifies).
+
+    - ``xtransfer``: the code's ``FINETUNE`` linear head trained with the layers on
+      the validation windows, its argmax;
+    - ``xtransfer_knn``: KNN on the support's features of the searched model;
+    - ``xtransfer_official``: the official metric (``validate_all.py``): KNN on the
+      support's features of the backbone *after* that fine-tune, at its last step
+      (the code also keeps the best step on the test set; not copied);
+    - ``xtransfer_equal``: the searched model's features with the probes' head
+      (standardised logistic regression) on support and validation, the rows
+      every baseline trains on.
+
+    KNN heads use ``k = min(knn_k, shots)``. ``search_s`` is added to each arm's
+    training seconds.
+    """
+    n_classes = len(np.unique(y))
+    sup, val, query = split.support, split.val, split.query
+    k = xs.knn_neighbours(knn_k, y[sup])
+    t0 = time.perf_counter()
+    knn = xs.knn_predict(model, x[sup], y[sup], x[query], k)
+    knn_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    head = xs.finetune(res.model, x[split.val], y[split.val], n_classes, finetune_steps, cfg.seed)
+    head = xs.finetune(model, x[val], y[val], n_classes, finetune_steps, seed)
     ft_s = time.perf_counter() - t1
     with torch.no_grad():
-        pred = head(x[split.query]).argmax(1).numpy()
-    info: dict[str, float | str] = {"structure": res.model.structure,
-                                    "depth": float(len(res.model.steps))}
+        pred = head(x[query]).argmax(1).numpy()
+    t2 = time.perf_counter()
+    official = xs.knn_predict(head.model, x[sup], y[sup], x[query], k)
+    off_s = time.perf_counter() - t2
+    t3 = time.perf_counter()
+    train = np.concatenate([sup, val])
+    with torch.no_grad():
+        f_tr, f_q = model.embed(x[train]).numpy(), model.embed(x[query]).numpy()
+    equal = _logreg(f_tr, y[train], f_q)
+    eq_s = time.perf_counter() - t3
+    info: dict[str, float | str] = {"structure": model.structure,
+                                    "depth": float(len(model.steps)), "knn_k": float(k)}
+    c_model = cost(model, x[:1])
+    lr = (f_tr.shape[1] + 1) * n_classes
+    c_equal = Cost(c_model.params + lr, c_model.flops + 2 * f_tr.shape[1] * n_classes,
+                   c_model.bytes + 4 * lr)
     return {
         "xtransfer": Outcome(pred, cost(head, x[:1]), search_s + ft_s, info, head),
-        "xtransfer_knn": Outcome(knn, cost(res.model, x[:1]), search_s, info),
+        "xtransfer_knn": Outcome(knn, c_model, search_s + knn_s, info, model),
+        "xtransfer_official": Outcome(official, cost(head.model, x[:1]),
+                                      search_s + ft_s + off_s, info),
+        "xtransfer_equal": Outcome(equal, c_equal, search_s + eq_s, info),
     }
 
 
