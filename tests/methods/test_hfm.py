@@ -465,3 +465,133 @@ def test_bad_variant_is_one_line_naming_the_field():
     assert "variant" in str(err.value) and "Traceback" not in str(err.value)
     with pytest.raises(ValueError, match="unknown HFM variant"):
         hfm.variant("nope")
+
+
+# --- the few-shot protocol of the experiment (issue #53) -----------------------------------
+
+
+def _experiment():
+    """``benchmarks/methods/hfm_experiment.py`` as a module (it is a script, not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "methods" / "hfm_experiment.py"
+    spec = importlib.util.spec_from_file_location("hfm_experiment_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_validation_rows_are_min_shots_4_per_class_outside_the_shots_and_seeded():
+    from flowerbed.methods.hfm import data as hd
+
+    y = np.repeat(np.arange(5), 12)
+    shots = np.array([c * 12 + j for c in range(5) for j in (0, 3, 5, 7, 9, 11)])
+    for k, per_class in ((1, 1), (4, 4), (6, 4)):
+        val = hd.validation_rows(y, 5, k, shots, seed=3)
+        assert np.array_equal(np.bincount(y[val], minlength=5), np.full(5, per_class))
+        assert not set(val) & set(shots) and len(set(val)) == len(val)
+        assert np.array_equal(val, hd.validation_rows(y, 5, k, shots, seed=3))
+    assert not np.array_equal(hd.validation_rows(y, 5, 4, shots, 3),
+                              hd.validation_rows(y, 5, 4, shots, 4))
+    with pytest.raises(ValueError, match="validation needs 4 rows of class"):
+        hd.validation_rows(y, 5, 4, np.arange(50), seed=0)
+
+
+def test_select_step_is_the_validation_argmax_with_ties_to_the_shortest_transport():
+    y = np.array([0, 1, 2, 3])
+    per_step = np.array([[0, 1, 0, 0],     # 2 of 4
+                         [0, 1, 2, 0],     # 3 of 4 (first of the best)
+                         [9, 9, 9, 9],     # 0
+                         [0, 1, 2, 1]])    # 3 of 4
+    assert hfm.select_step(per_step, y) == 1
+    assert hfm.select_step(per_step[[2, 0]], y) == 1
+
+
+def test_the_validation_k_of_the_experiment_never_reads_the_test_rows():
+    """Scrambling the test rows and labels changes the test scores, never the chosen k."""
+    exp = _experiment()
+    gen = np.random.default_rng(0)
+    text = np.eye(3, 8)
+    f_pool = text[np.repeat(np.arange(3), 6)] + 0.3 * gen.standard_normal((18, 8))
+    d = {"f_pool": f_pool, "y_pool": np.repeat(np.arange(3), 6), "text": text,
+         "f_test": f_pool[::2].copy(), "y_test": np.repeat(np.arange(3), 6)[::2].copy()}
+    cfg = hfm.variant("fma")
+    net = torch.nn.Linear(8, 8)  # a velocity field that is not the identity: k matters
+    velocity = lambda x, t: net(x)  # noqa: E731
+    val = np.array([1, 2, 7, 8, 13, 14])
+    first = exp.read_flow(velocity, cfg, d, val)
+    d["f_test"] = gen.standard_normal(d["f_test"].shape)
+    d["y_test"] = gen.permutation(d["y_test"])
+    second = exp.read_flow(velocity, cfg, d, val)
+    assert first["k_val"] == second["k_val"]
+    assert first["val_acc_per_step"] == second["val_acc_per_step"]
+    assert not np.array_equal(first["acc_per_step"], second["acc_per_step"])
+    per_step = [(hfm.root_logits(x, hfm.embed(torch.as_tensor(text), 1.0, cfg), cfg)
+                 .argmax(-1).numpy() == d["y_pool"][val]).mean()
+                for x in hfm.trajectory(velocity, hfm.embed(torch.as_tensor(f_pool[val]), 1.0,
+                                                            cfg), cfg)]
+    assert first["k_val"] == int(np.argmax(per_step))
+
+
+def test_augmented_views_are_seeded_and_reduce_to_the_image_or_its_mirror():
+    from flowerbed.methods.hfm import data as hd
+
+    gen = np.random.default_rng(1)
+    x = gen.uniform(size=(3, 7 * 5)).astype(np.float32)
+    a = hd.augment_views(x, (7, 5), 4, seed=2)
+    assert a.shape == (4, 3, 35)
+    assert np.array_equal(a, hd.augment_views(x, (7, 5), 4, seed=2))
+    assert not np.array_equal(a, hd.augment_views(x, (7, 5), 4, seed=3))
+    assert not np.array_equal(a[0], a[1])  # each view is its own crop
+    whole = hd.augment_views(x, (7, 5), 2, 0, scale=(1.0, 1.0), ratio=(5 / 7, 5 / 7), flip=0.0)
+    np.testing.assert_allclose(whole, np.broadcast_to(x, whole.shape), atol=1e-6)
+    mirror = hd.augment_views(x, (7, 5), 1, 0, scale=(1.0, 1.0), ratio=(5 / 7, 5 / 7), flip=1.0)
+    np.testing.assert_allclose(mirror[0], x.reshape(3, 7, 5)[:, :, ::-1].reshape(3, 35),
+                               atol=1e-6)
+
+
+def test_crop_boxes_stay_inside_and_cover_the_stated_area_share():
+    from flowerbed.methods.hfm import data as hd
+
+    gen = np.random.default_rng(4)
+    for _ in range(300):
+        top, left, h, w = hd.crop_box(gen, 28, 28, (0.5, 1.0), (3 / 4, 4 / 3))
+        assert 0 <= top and top + h <= 28 and 0 <= left and left + w <= 28
+        # rounding each side moves the area by at most about one row and one column
+        assert 0.5 * 784 - 2 * 28 <= h * w <= 784
+
+
+def test_training_on_views_feeds_one_view_of_every_sample_per_epoch(monkeypatch):
+    gen = np.random.default_rng(5)
+    cfg = hfm.variant("fma")
+    views = torch.as_tensor(gen.standard_normal((3, 10, 4)))
+    views = views / views.norm(dim=-1, keepdim=True)
+    y = torch.as_tensor(np.arange(10) % 2)
+    roots = hfm.embed(torch.eye(2, 4), 1.0, cfg)
+    seen: list[torch.Tensor] = []
+    real = hfm.fm_loss
+
+    def spy(net, x0, x1, t, cfg, eps=None):
+        seen.append(x0.detach().clone())
+        return real(net, x0, x1, t, cfg, eps)
+
+    monkeypatch.setattr(hfm, "fm_loss", spy)
+    from flowerbed.methods.hfm import model as hv
+
+    net = hv.build(4, 4, 8, 1, seed=0, dtype=torch.float64)
+    hfm.train(net, views, y, roots, cfg, hfm.TrainConfig(epochs=6, batch_size=4, seed=1))
+    picks = []
+    for epoch in range(6):
+        rows = torch.cat(seen[3 * epoch:3 * epoch + 3])  # 10 samples in batches of 4, 4, 2
+        assert len(rows) == 10
+        match = (rows[:, None, None] == views[None]).all(-1)  # (rows, view, sample)
+        hits = match.nonzero()
+        assert len(hits) == 10 and sorted(hits[:, 2].tolist()) == list(range(10))
+        picks.append(hits[:, 1])
+    assert len(torch.unique(torch.cat(picks))) > 1  # views are drawn, not fixed
+    again = hv.build(4, 4, 8, 1, seed=0, dtype=torch.float64)
+    monkeypatch.setattr(hfm, "fm_loss", real)
+    hfm.train(again, views, y, roots, cfg, hfm.TrainConfig(epochs=6, batch_size=4, seed=1))
+    for p, q in zip(net.parameters(), again.parameters(), strict=True):
+        assert torch.equal(p, q)

@@ -274,6 +274,17 @@ def classify(traj: torch.Tensor, roots: torch.Tensor, cfg: FlowConfig
     return chosen.numpy(), per_step.numpy(), k.numpy()
 
 
+def select_step(per_step: np.ndarray, y: np.ndarray) -> int:
+    """The Euler step ``k`` whose classes (``per_step[k]``) are most accurate on ``y``.
+
+    Meant for a validation split (FMA's code picks its best ``k`` on the test set;
+    here it is chosen on held-out training rows and then read on the test rows).
+    Ties go to the smallest ``k`` (the shortest transport).
+    """
+    acc = (np.asarray(per_step) == np.asarray(y)[None]).mean(axis=1)
+    return int(np.flatnonzero(acc == acc.max())[0])
+
+
 def predict(net: Velocity, leaves: torch.Tensor, roots: torch.Tensor, cfg: FlowConfig
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`classify` of the flow from ``leaves``."""
@@ -325,7 +336,10 @@ def train(net: nn.Module, leaves: torch.Tensor, y: torch.Tensor, roots: torch.Te
     """Train ``net`` on ``L_FM + corridor_weight L_cor``; mean loss per epoch.
 
     Each leaf is coupled with its own class's root; ``t ~ U(0, 1)`` per sample
-    (kept in ``[1e-3, 1 - 1e-3]`` when FMA's bridge noise is on).
+    (kept in ``[1e-3, 1 - 1e-3]`` when FMA's bridge noise is on). ``leaves`` is
+    ``(N, dim)``, or ``(V, N, dim)``: ``V`` augmented views of each sample, of
+    which every epoch uses one per sample, drawn from the seeded generator (FMA
+    re-encodes an augmented view of every shot each epoch).
     """
     n = len(y)
     if n == 0 or tcfg.epochs == 0:
@@ -336,8 +350,12 @@ def train(net: nn.Module, leaves: torch.Tensor, y: torch.Tensor, roots: torch.Te
     opt = torch.optim.AdamW(net.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay)
     sched = _schedule(opt, per_epoch, tcfg.epochs * per_epoch)
     targets, losses = roots[y], []
+    views = leaves if leaves.dim() == 3 else None
     for _ in range(tcfg.epochs):
         total = 0.0
+        if views is not None:
+            pick = torch.randint(len(views), (n,), generator=gen)
+            leaves = views[pick, torch.arange(n)]
         for idx in torch.split(torch.randperm(n, generator=gen), bs):
             t = torch.rand((len(idx), 1), generator=gen, dtype=leaves.dtype)
             eps = None

@@ -92,3 +92,75 @@ def hfm_hierarchy(params: HierarchyParams, *, seed: int) -> Dataset:
         license="generated",
     )
     return Dataset(x_tr, y_tr.astype(np.int64), x_te, y_te.astype(np.int64), meta)
+
+
+# --- the few-shot protocol: validation rows and augmented views ---------------------------
+
+
+def validation_rows(y: np.ndarray, num_classes: int, shots: int, exclude: np.ndarray,
+                    seed: int, cap: int = 4) -> np.ndarray:
+    """``min(shots, cap)`` rows of each class of ``y`` outside ``exclude`` (the shots).
+
+    The few-shot validation split of CoOp's protocol, which FMA's code keeps (a
+    ``min(num_shots, 4)``-shot draw from the training pool): it is drawn from the
+    same pool as the shots, never from the test rows, and shares no row with
+    ``exclude``. Seeded per class.
+    """
+    taken = np.zeros(len(y), dtype=bool)
+    taken[np.asarray(exclude, dtype=np.int64)] = True
+    per_class = min(shots, cap)
+    rows = []
+    for c in range(num_classes):
+        pool = np.flatnonzero((y == c) & ~taken)
+        if len(pool) < per_class:
+            raise ValueError(f"validation needs {per_class} rows of class {c} outside the "
+                             f"shots; the pool has {len(pool)}")
+        rows.append(rng(seed, "hfm", "validation", c).choice(pool, per_class, replace=False))
+    return np.sort(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
+
+
+def crop_box(gen: np.random.Generator, height: int, width: int,
+             scale: tuple[float, float], ratio: tuple[float, float]) -> tuple[int, int, int, int]:
+    """``(top, left, h, w)`` of a random-resized crop: area share in ``scale``, aspect in ``ratio``.
+
+    The usual rule: up to 10 draws of (area, log-uniform aspect) until the box fits,
+    else the whole image.
+    """
+    area = height * width
+    for _ in range(10):
+        target = area * gen.uniform(*scale)
+        aspect = float(np.exp(gen.uniform(np.log(ratio[0]), np.log(ratio[1]))))
+        w = round(float(np.sqrt(target * aspect)))
+        h = round(float(np.sqrt(target / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            return int(gen.integers(0, height - h + 1)), int(gen.integers(0, width - w + 1)), h, w
+    return 0, 0, height, width
+
+
+def augment_views(x: np.ndarray, shape: tuple[int, int], views: int, seed: int,
+                  scale: tuple[float, float] = (0.5, 1.0),
+                  ratio: tuple[float, float] = (3 / 4, 4 / 3), flip: float = 0.5) -> np.ndarray:
+    """``(views, N, H*W)``: random-resized crops (bilinear back to ``shape``) and flips.
+
+    The training augmentation of CLIP few-shot adapters that FMA re-applies every
+    epoch; here ``views`` crops per image are drawn once (seeded by ``seed`` and
+    the view index) and a training epoch samples one of them per image
+    (:func:`flowerbed.methods.hfm.algorithm.train`).
+    """
+    import torch
+    from torch.nn import functional as F
+
+    height, width = shape
+    imgs = np.asarray(x, dtype=np.float32).reshape(len(x), height, width)
+    out = np.empty((views, len(x), height * width), dtype=np.float32)
+    for v in range(views):
+        gen = rng(seed, "hfm", "augment", v)
+        for i, img in enumerate(imgs):
+            top, left, h, w = crop_box(gen, height, width, scale, ratio)
+            patch = torch.as_tensor(img[top:top + h, left:left + w])[None, None]
+            resized = F.interpolate(patch, size=(height, width), mode="bilinear",
+                                    align_corners=False)[0, 0].numpy()
+            if gen.uniform() < flip:
+                resized = resized[:, ::-1]
+            out[v, i] = resized.reshape(-1)
+    return out
