@@ -186,3 +186,49 @@ def fit_dip(
     assert best is not None
     return DipResult(final.numpy().astype(float), best.numpy().astype(float), best_iter,
                      best_psnr, final_psnr, curve)
+
+
+# --------------------------------------------------------------------------- Deep Decoder
+def fit_deep_decoder(
+    net: nn.Module,
+    y: np.ndarray,
+    op: Operator,
+    reference: np.ndarray,
+    iters: int = 1000,
+    lr: float = 0.01,
+    seed: int = 0,
+    track_every: int = 10,
+) -> DipResult:
+    """Fit a Deep Decoder ``net(B_0) ≈`` the image behind ``y``: Adam on ``‖y - A net(B_0)‖²/m``.
+
+    ``B_0 ~ U(0, 0.1)`` (shape ``net.input_shape``) is fixed; no input noise
+    and no early stopping (the network is smaller than the picture). The
+    result's ``final`` is the last iterate (the method); ``best`` is the
+    oracle-best iterate chosen with ``reference``, reported only as a
+    diagnostic (``reference`` never enters the loss).
+    """
+    gen = torch.Generator().manual_seed(seed % 2**63)
+    z = torch.rand(net.input_shape, generator=gen) * 0.1  # type: ignore[arg-type]
+    yt = torch.as_tensor(y, dtype=torch.float32)
+    ref = torch.as_tensor(reference, dtype=torch.float32)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    best, best_iter, best_psnr = None, 0, -math.inf
+    curve: list[tuple[int, float]] = []
+    for step in range(1, iters + 1):
+        out = net(z)
+        loss = data_fit(out, yt, op).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % track_every == 0 or step == iters:
+            with torch.no_grad():
+                psnr = float(10 * torch.log10(1 / ((out[0] - ref) ** 2).mean()))
+            curve.append((step, psnr))
+            if psnr > best_psnr:
+                best, best_iter, best_psnr = out[0].detach().clone(), step, psnr
+    with torch.no_grad():
+        final = net(z)[0]
+        final_psnr = float(10 * torch.log10(1 / ((final - ref) ** 2).mean()))
+    assert best is not None
+    return DipResult(final.numpy().astype(float), best.numpy().astype(float), best_iter,
+                     best_psnr, final_psnr, curve)
