@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Baselines beside Lottery Prior: scikit-image's classical restorers, BM3D, Deep Image Prior.
+"""Baselines beside Lottery Prior: scikit-image's classical restorers, BM3D, DIP, Deep Decoder.
 
 None of the classical methods is written here: TV (Chambolle), non-local means,
 wavelet shrinkage (BayesShrink), biharmonic inpainting and bicubic rescaling
@@ -11,7 +11,10 @@ discrepancy principle as Lottery Prior's λ_R (bisection until
 ``‖u - y‖²/m = sigma²``). Deep Image Prior (Ulyanov et al., 2018) fits an
 untrained network (``flowerbed.methods.lottery_prior.model_dip``) to ``y`` through the forward
 operator, with input-noise regularisation; its best iteration is picked with
-the clean image (an *oracle* early stop, reported as such).
+the clean image (an *oracle* early stop, reported as such). Deep Decoder
+(Heckel & Hand, 2019; ``flowerbed.methods.lottery_prior.model_deep_decoder``) fits
+its under-parameterised decoder the same way, without input noise and without
+early stopping (its last iterate is the method).
 
 Images are ``(C, H, W)`` float arrays in ``[0, 1]``.
 """
