@@ -104,7 +104,8 @@ def timing(args: argparse.Namespace) -> None:
             restore_image(p, clean, obs, 0)
             return time.process_time() - start
 
-        def dd_cpu(iters: int, clean: np.ndarray = clean, obs: Any = obs) -> float:
+        def dd_cpu(iters: int, clean: np.ndarray = clean, obs: Any = obs,
+                   size: int = size) -> float:
             start = time.process_time()
             bl.fit_deep_decoder(for_size(size), obs.y, obs.op, clean, iters=iters)
             return time.process_time() - start

@@ -10,13 +10,13 @@ pruned labels against the dense labels, over the classes the dense model
 uses) and KL(dense ‖ pruned) per character.
 
 One draw (the unit of every paired comparison) picks its own calibration
-documents (``--n-calib`` × ``--calib-len`` characters from the calibration
-half of the file pool) and test documents (``--n-test`` × ``--test-len``
+documents (``--n-calib`` x ``--calib-len`` characters from the calibration
+half of the file pool) and test documents (``--n-test`` x ``--test-len``
 from the other half). Within a draw every arm sees the same documents. Arms,
 at ``--sparsity`` of every layer's ``A_log`` (unstructured):
 
 - ``sparsessm``: the official rule (power time weights, lowest-K over each
-  layer's D × N scores, layer-sequential calibration);
+  layer's D x N scores, layer-sequential calibration);
 - ``sparsessm_channel``: the same score, the same count taken per channel
   (the variant; the official code allocates per layer);
 - ``uniform_time`` (the ablation), ``magnitude`` (MP), ``random`` (seeded by

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Deep Decoder (Heckel & Hand, "Deep Decoder: Concise Image Representations from Untrained
-Non-convolutional Networks", ICLR 2019): a zero-shot baseline for Lottery Prior.
+"""Deep Decoder (Heckel & Hand, ICLR 2019): a zero-shot baseline for Lottery Prior.
 
-Written here from the paper's description (no code copied): a fixed random
+"Deep Decoder: Concise Image Representations from Untrained Non-convolutional
+Networks". Written here from the paper's description (no code copied): a fixed random
 input tensor ``B_0`` of ``k`` channels at a low resolution; each layer is a
 1x1 convolution (a per-pixel linear map of the ``k`` channels), a 2x
 bilinear upsampling, a ReLU and a channel normalisation (every channel
@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 
 class ChannelNorm(nn.Module):
-    """Each channel normalised over its pixels (mean 0, variance 1), then ``γ x + β``."""
+    """Each channel normalised over its pixels (mean 0, variance 1), then scaled and shifted."""
 
     def __init__(self, channels: int, eps: float = 1e-5) -> None:
         super().__init__()
@@ -32,6 +32,7 @@ class ChannelNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
+        """Normalise ``(N, C, H, W)`` per channel over ``H, W``."""
         mean = x.mean(dim=(-2, -1), keepdim=True)
         var = x.var(dim=(-2, -1), keepdim=True, unbiased=False)
         return (x - mean) / torch.sqrt(var + self.eps) * self.scale + self.shift

@@ -169,7 +169,7 @@ class PruneSpec:
     prunen: int = 2
     prunem: int = 4
     time_mode: TimeMode | None = None  # None: power (unstructured) / window (nm), as coded
-    #: ``layer``: the official lowest-K over each layer's ``D × N`` scores; ``channel``: the
+    #: ``layer``: the official lowest-K over each layer's ``D x N`` scores; ``channel``: the
     #: same count taken per channel (:func:`channel_keep`; unstructured only)
     allocation: Literal["layer", "channel"] = "layer"
     k_frac: float = 0.25

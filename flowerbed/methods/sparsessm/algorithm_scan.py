@@ -197,7 +197,7 @@ def stepwise_output(mixer: Any, p: dict[str, torch.Tensor], keep: torch.Tensor |
                     stats: LayerStats | None) -> torch.Tensor:
     """:func:`_scan_output` one step at a time, never holding ``(B, T, D, N)`` (no autograd).
 
-    For long inputs of wide models (typeseg's 256 × 16 states) the full state
+    For long inputs of wide models (typeseg's 256 x 16 states) the full state
     tensor is hundreds of MB; this loop keeps one step's ``(B, D, N)`` and adds
     the calibration sums step by step (the same sums as :func:`add_stats`).
     """

@@ -40,7 +40,7 @@ N_BYTE_IDS = 257
 
 
 def compact_table() -> np.ndarray:
-    """typeseg's byte-id remap: 0-127 kept, 128-255 → 128, 256 (padding) → 129."""
+    """Typeseg byte-id remap: 0-127 kept, 128-255 → 128, 256 (padding) → 129."""
     table = np.arange(N_BYTE_IDS, dtype=np.int64)
     table[128:256] = 128
     table[256] = 129
@@ -158,7 +158,7 @@ def _layernorm(weights: dict[str, np.ndarray], name: str) -> Any:
 
 
 def load_typeseg(path: Path | None = None) -> Any:
-    """typeseg's Mamba in torch: ``path`` (an npz of its layout) or the wheel's own file."""
+    """The torch model of ``path`` (an npz of typeseg's layout) or of the wheel's own file."""
     path = typeseg_npz() if path is None else Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"sparsessm: typeseg weights {path} not found")
@@ -180,7 +180,8 @@ def write_random_npz(path: Path, *, layers: int = 2, d_model: int = 16, state: i
         p = f"CheckpointMambaBlock1D_{i}__"
         out |= {p + "LayerNorm_0__scale": 1 + arr(d_model, scale=0.1),
                 p + "LayerNorm_0__bias": arr(d_model),
-                p + "Dense_0__kernel": arr(d_model, 2 * d_model), p + "Dense_0__bias": arr(2 * d_model),
+                p + "Dense_0__kernel": arr(d_model, 2 * d_model),
+                p + "Dense_0__bias": arr(2 * d_model),
                 p + "Conv_0__kernel": arr(conv, 1, d_model), p + "Conv_0__bias": arr(d_model),
                 p + "Dense_1__kernel": arr(d_model, rank + 2 * state),
                 p + "Dense_1__bias": arr(rank + 2 * state),
