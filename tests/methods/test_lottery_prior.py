@@ -386,7 +386,7 @@ def test_deep_decoder_shape_weights_and_paper_width():
 
     assert paper_width(512) == 128  # the paper's denoising network, k = 128 at 512 x 512
     net = for_size(64, width=10)  # 16 -> 32 -> 64: two upsamplings, three 1x1 layers
-    out = net(torch.rand(net.input_shape))
+    out = net(torch.rand(net.input_shape)).detach()
     assert out.shape == (1, 1, 64, 64) and 0 <= float(out.min()) and float(out.max()) <= 1
     assert parameter_count(net) == 3 * (10 * 10 + 2 * 10) + 10
     assert all(m.kernel_size == (1, 1) for m in net.modules() if isinstance(m, torch.nn.Conv2d))

@@ -211,7 +211,8 @@ def fit_deep_decoder(
     diagnostic (``reference`` never enters the loss).
     """
     gen = torch.Generator().manual_seed(seed % 2**63)
-    z = torch.rand(net.input_shape, generator=gen) * 0.1  # type: ignore[arg-type]
+    shape: tuple[int, ...] = net.input_shape  # type: ignore[assignment]
+    z = torch.rand(shape, generator=gen) * 0.1
     yt = torch.as_tensor(y, dtype=torch.float32)
     ref = torch.as_tensor(reference, dtype=torch.float32)
     opt = torch.optim.Adam(net.parameters(), lr=lr)

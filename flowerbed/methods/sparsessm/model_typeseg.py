@@ -96,7 +96,9 @@ def build_typeseg(weights: dict[str, np.ndarray]) -> Any:
             with torch.no_grad():
                 kern = weights[p + "Conv_0/kernel"]  # (k, 1, C)
                 self.conv1d.weight.copy_(torch.as_tensor(np.transpose(kern, (2, 1, 0))))
-                self.conv1d.bias.copy_(torch.as_tensor(weights[p + "Conv_0/bias"]))
+                bias = self.conv1d.bias
+                assert bias is not None
+                bias.copy_(torch.as_tensor(weights[p + "Conv_0/bias"]))
             self.x_proj = _linear(weights, p + "Dense_1")
             self.dt_proj = _linear(weights, p + "Dense_2")
             self.out_proj = _linear(weights, p + "Dense_3")
@@ -188,7 +190,7 @@ def write_random_npz(path: Path, *, layers: int = 2, d_model: int = 16, state: i
                 p + "Dense_2__kernel": arr(rank, d_model), p + "Dense_2__bias": arr(d_model),
                 p + "Dense_3__kernel": arr(d_model, d_model), p + "Dense_3__bias": arr(d_model),
                 p + "A_log": arr(d_model, state, scale=0.5), p + "D": arr(d_model)}
-    np.savez(path, **out)
+    np.savez(path, **out)  # type: ignore[arg-type]
 
 
 def typeseg_logits(model: Any, ids: np.ndarray, keeps: Any = None) -> np.ndarray:
