@@ -364,3 +364,48 @@ def test_bad_input_names_the_field():
         from_dict(_scenario(lambda_rate=-1.0))
     with pytest.raises(ScenarioError, match="size"):
         from_dict({**_scenario(), "dataset": {"name": "skimage_images", "crop": 30, "size": 16}})
+
+
+# --- Deep Decoder (the zero-shot baseline, Heckel & Hand 2019)
+def test_channel_norm_is_instance_norm_with_affine():
+    from flowerbed.methods.lottery_prior.model_deep_decoder import ChannelNorm
+
+    norm = ChannelNorm(3)
+    with torch.no_grad():
+        norm.scale.copy_(torch.tensor([0.5, 2.0, -1.0]).view(1, 3, 1, 1))
+        norm.shift.copy_(torch.tensor([0.1, 0.0, 0.3]).view(1, 3, 1, 1))
+    x = torch.randn(1, 3, 5, 7, generator=torch.Generator().manual_seed(0))
+    ref = torch.nn.functional.instance_norm(
+        x, weight=norm.scale.view(3), bias=norm.shift.view(3), eps=1e-5)
+    torch.testing.assert_close(norm(x), ref)
+
+
+def test_deep_decoder_shape_weights_and_paper_width():
+    from flowerbed.methods.lottery_prior.model_deep_decoder import for_size, paper_width
+    from flowerbed.methods.lottery_prior.model_dip import parameter_count
+
+    assert paper_width(512) == 128  # the paper's denoising network, k = 128 at 512 x 512
+    net = for_size(64, width=10)  # 16 -> 32 -> 64: two upsamplings, three 1x1 layers
+    out = net(torch.rand(net.input_shape)).detach()
+    assert out.shape == (1, 1, 64, 64) and 0 <= float(out.min()) and float(out.max()) <= 1
+    assert parameter_count(net) == 3 * (10 * 10 + 2 * 10) + 10
+    assert all(m.kernel_size == (1, 1) for m in net.modules() if isinstance(m, torch.nn.Conv2d))
+    for side in (128, 256):
+        assert parameter_count(for_size(side)) < 0.4 * side * side
+    with pytest.raises(ValueError, match="power of two"):
+        for_size(48)
+
+
+def test_deep_decoder_denoises_a_smooth_picture():
+    from flowerbed.methods.lottery_prior.algorithm_baselines import fit_deep_decoder
+    from flowerbed.methods.lottery_prior.data import degrade
+    from flowerbed.methods.lottery_prior.model_deep_decoder import for_size
+
+    clean = picture(32)
+    obs = degrade(clean, "denoise", 25 / 255, 3)
+    torch.manual_seed(0)
+    net = for_size(32, width=8, base=8)  # 248 weights for 1024 pixels
+    res = fit_deep_decoder(net, obs.y, obs.op, clean, iters=250, seed=1, track_every=25)
+    noisy_psnr = 10 * np.log10(1 / np.mean((obs.y - clean) ** 2))
+    assert res.final_psnr > noisy_psnr + 1
+    assert res.best_iter > 0 and len(res.curve) == 10

@@ -464,3 +464,137 @@ def test_linear_layers_pruned_to_their_allocated_sparsity() -> None:
     # s ∝ 1/Δ: (k, k/3) with 100k + 300k/3 = 200 -> k = 1, capped at 0.95; b takes 105/300
     got = allocate(0.5, {"a": 100, "b": 300}, {"a": 1.0, "b": 3.0}, cap=0.95)
     assert got == pytest.approx({"a": 0.95, "b": 0.35})
+
+
+# --- typeseg's bidirectional Mamba-1 (the second test bed) ---------------------------------
+
+
+def _np_layernorm(x: np.ndarray, scale: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-6) * scale + bias
+
+
+def typeseg_reference(path: Any, ids: np.ndarray, keep: np.ndarray | None = None) -> dict:
+    """Float64 loop over typeseg's published block (written here from its description).
+
+    Returns the logits and, per layer and direction, each step's Ā_t and h_{t-1}.
+    """
+    with np.load(path) as z:
+        w = {k.replace("__", "/"): z[k].astype(np.float64) for k in z.files}
+    table = np.arange(257)
+    table[128:256], table[256] = 128, 129
+    silu = lambda v: v / (1 + np.exp(-v))  # noqa: E731
+    h = w["Embed_0/embedding"][table[ids]]
+    trace = []
+    layers = len({k.split("/")[0] for k in w if k.startswith("Checkpoint")})
+    for i in range(layers):
+        p = f"CheckpointMambaBlock1D_{i}/"
+        xz = _np_layernorm(h, w[p + "LayerNorm_0/scale"], w[p + "LayerNorm_0/bias"]) @ w[
+            p + "Dense_0/kernel"] + w[p + "Dense_0/bias"]
+        d = xz.shape[1] // 2
+        kern = w[p + "Conv_0/kernel"]
+        k = kern.shape[0]
+        pad = np.pad(xz[:, :d], (((k - 1) // 2, k - 1 - (k - 1) // 2), (0, 0)))
+        u = silu(sum(pad[j : j + len(ids)] * kern[j, 0] for j in range(k)) + w[p + "Conv_0/bias"])
+        dbl = u @ w[p + "Dense_1/kernel"] + w[p + "Dense_1/bias"]
+        a_log = w[p + "A_log"]
+        rank, n = w[p + "Dense_2/kernel"].shape[0], a_log.shape[1]
+        dt = np.logaddexp(0, dbl[:, :rank] @ w[p + "Dense_2/kernel"] + w[p + "Dense_2/bias"]) + 1e-4
+        b_in, c_out = dbl[:, rank : rank + n], dbl[:, rank + n :]
+        mask = np.ones_like(a_log) if keep is None else keep[i]
+        y = np.zeros_like(u)
+        for order in (np.arange(len(ids)), np.arange(len(ids))[::-1]):
+            s = np.zeros_like(a_log)
+            steps = []
+            for t in order:
+                abar = np.exp(dt[t][:, None] * -np.exp(a_log)) * mask
+                steps.append((abar, s.copy()))
+                s = abar * s + (dt[t] * u[t])[:, None] * b_in[t][None, :]
+                y[t] += s @ c_out[t] + u[t] * w[p + "D"]
+            trace.append(steps)
+        h = h + (y * silu(xz[:, d:])) @ w[p + "Dense_3/kernel"] + w[p + "Dense_3/bias"]
+    logits = _np_layernorm(h, w["LayerNorm_0/scale"], w["LayerNorm_0/bias"]) @ w[
+        "Dense_0/kernel"] + w["Dense_0/bias"]
+    return {"logits": logits, "trace": trace}
+
+
+@pytest.fixture
+def random_typeseg_npz(tmp_path):
+    from flowerbed.methods.sparsessm.model_typeseg import write_random_npz
+
+    path = tmp_path / "mamba_tiny.npz"
+    write_random_npz(path, layers=2, d_model=12, state=4, rank=3, classes=5, seed=3)
+    return path
+
+
+def test_typeseg_loader_forward_equals_reference_on_a_random_npz(random_typeseg_npz) -> None:
+    from flowerbed.methods.sparsessm.model_typeseg import load_typeseg, typeseg_logits
+
+    ids = np.random.default_rng(0).integers(0, 257, 23)  # high bytes and padding id included
+    ref = typeseg_reference(random_typeseg_npz, ids)["logits"]
+    ours = typeseg_logits(load_typeseg(random_typeseg_npz), ids[None])[0]
+    np.testing.assert_allclose(ours, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_typeseg_keep_mask_and_calibration_sums_follow_both_scans(random_typeseg_npz) -> None:
+    from flowerbed.methods.sparsessm.model_typeseg import load_typeseg, typeseg_logits
+
+    model = load_typeseg(random_typeseg_npz)
+    ids = np.random.default_rng(1).integers(32, 127, (2, 9))
+    keep = np.random.default_rng(2).random((2, 12, 4)) > 0.5
+    keeps = [torch.as_tensor(k) for k in keep]
+    refs = [typeseg_reference(random_typeseg_npz, row, keep) for row in ids]
+    ours = typeseg_logits(model, ids, keeps)
+    np.testing.assert_allclose(ours, np.stack([r["logits"] for r in refs]), atol=1e-4, rtol=1e-4)
+    stats = collect_layer_stats(model, ids, [0, 1], keeps)
+    for layer in (0, 1):
+        steps = [r["trace"][2 * layer + direction] for r in refs for direction in (0, 1)]
+        abar = sum(np.stack([a for a, _ in s]) for s in steps)
+        h2 = sum(np.stack([h**2 for _, h in s]) for s in steps)
+        assert stats[layer].count == 4  # 2 windows x 2 directions
+        np.testing.assert_allclose(stats[layer].abar_sum, abar, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(stats[layer].h2_sum, h2, rtol=1e-4, atol=1e-6)
+
+
+def test_typeseg_forward_equals_the_wheels_own() -> None:
+    """The bundled weights through flowerbed's scan give typeseg's own outputs (1e-5)."""
+    pytest.importorskip("typeseg", reason="typeseg's wheel is not installed "
+                        "(pip install 'flowerbed[typeseg]'); the random-npz tests cover the loader")
+    from typeseg._numpy_backend import mamba_forward
+    from typeseg._runtime import _weights
+
+    from flowerbed.methods.sparsessm.data_typeseg import sanitize
+    from flowerbed.methods.sparsessm.model_typeseg import load_typeseg, typeseg_logits
+
+    text = ('{"name": "flowerbed", "layers": [1, 2, 3]}\n<html><body><p>a table</p></body>\n'
+            "def f(x):\n    return x + 1\n") * 4
+    ids = sanitize(text.encode())
+    ref = mamba_forward(_weights("mamba_al.npz"), ids)
+    ours = typeseg_logits(load_typeseg(), ids[None])[0]
+    softmax = lambda z: np.exp(z - np.logaddexp.reduce(z, -1, keepdims=True))  # noqa: E731
+    np.testing.assert_allclose(softmax(ours), softmax(ref), atol=1e-5)
+    assert np.abs(ours - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max())
+    assert (ours.argmax(-1) == ref.argmax(-1)).all()
+
+
+def test_typeseg_missing_wheel_is_one_line(monkeypatch) -> None:
+    import importlib.util
+
+    from flowerbed.data.base import MissingExtraError
+    from flowerbed.methods.sparsessm import model_typeseg
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "typeseg" else real(name, *a))
+    with pytest.raises(MissingExtraError, match=r"flowerbed\[typeseg\]"):
+        model_typeseg.load_typeseg()
+
+
+def test_channel_allocation_prunes_each_rows_lowest() -> None:
+    score = np.random.default_rng(5).random((7, 8))
+    keep = ss.channel_keep(score, 0.5)
+    assert (keep.sum(1) == 4).all()
+    for row, k in zip(score, keep, strict=True):  # every pruned entry below every kept one
+        assert row[~k].max() < row[k].min()
+    glob = ss.lowest_keep(np.array([[0.1, 0.2], [0.9, 0.8]]), 0.5)
+    assert ss.emptied_channels(glob) == 1 and ss.emptied_channels(ss.channel_keep(
+        np.array([[0.1, 0.2], [0.9, 0.8]]), 0.5)) == 0

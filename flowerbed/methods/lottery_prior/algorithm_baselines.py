@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Baselines beside Lottery Prior: scikit-image's classical restorers, BM3D, Deep Image Prior.
+"""Baselines beside Lottery Prior: scikit-image's classical restorers, BM3D, DIP, Deep Decoder.
 
 None of the classical methods is written here: TV (Chambolle), non-local means,
 wavelet shrinkage (BayesShrink), biharmonic inpainting and bicubic rescaling
@@ -11,7 +11,10 @@ discrepancy principle as Lottery Prior's λ_R (bisection until
 ``‖u - y‖²/m = sigma²``). Deep Image Prior (Ulyanov et al., 2018) fits an
 untrained network (``flowerbed.methods.lottery_prior.model_dip``) to ``y`` through the forward
 operator, with input-noise regularisation; its best iteration is picked with
-the clean image (an *oracle* early stop, reported as such).
+the clean image (an *oracle* early stop, reported as such). Deep Decoder
+(Heckel & Hand, 2019; ``flowerbed.methods.lottery_prior.model_deep_decoder``) fits
+its under-parameterised decoder the same way, without input noise and without
+early stopping (its last iterate is the method).
 
 Images are ``(C, H, W)`` float arrays in ``[0, 1]``.
 """
@@ -170,6 +173,53 @@ def fit_dip(
     for step in range(1, iters + 1):
         noisy = z + reg_noise * torch.randn(z.shape, generator=gen) if reg_noise else z
         out = net(noisy)
+        loss = data_fit(out, yt, op).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % track_every == 0 or step == iters:
+            with torch.no_grad():
+                psnr = float(10 * torch.log10(1 / ((out[0] - ref) ** 2).mean()))
+            curve.append((step, psnr))
+            if psnr > best_psnr:
+                best, best_iter, best_psnr = out[0].detach().clone(), step, psnr
+    with torch.no_grad():
+        final = net(z)[0]
+        final_psnr = float(10 * torch.log10(1 / ((final - ref) ** 2).mean()))
+    assert best is not None
+    return DipResult(final.numpy().astype(float), best.numpy().astype(float), best_iter,
+                     best_psnr, final_psnr, curve)
+
+
+# --------------------------------------------------------------------------- Deep Decoder
+def fit_deep_decoder(
+    net: nn.Module,
+    y: np.ndarray,
+    op: Operator,
+    reference: np.ndarray,
+    iters: int = 1000,
+    lr: float = 0.01,
+    seed: int = 0,
+    track_every: int = 10,
+) -> DipResult:
+    """Fit a Deep Decoder ``net(B_0) ≈`` the image behind ``y``: Adam on ``‖y - A net(B_0)‖²/m``.
+
+    ``B_0 ~ U(0, 0.1)`` (shape ``net.input_shape``) is fixed; no input noise
+    and no early stopping (the network is smaller than the picture). The
+    result's ``final`` is the last iterate (the method); ``best`` is the
+    oracle-best iterate chosen with ``reference``, reported only as a
+    diagnostic (``reference`` never enters the loss).
+    """
+    gen = torch.Generator().manual_seed(seed % 2**63)
+    shape: tuple[int, ...] = net.input_shape  # type: ignore[assignment]
+    z = torch.rand(shape, generator=gen) * 0.1
+    yt = torch.as_tensor(y, dtype=torch.float32)
+    ref = torch.as_tensor(reference, dtype=torch.float32)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    best, best_iter, best_psnr = None, 0, -math.inf
+    curve: list[tuple[int, float]] = []
+    for step in range(1, iters + 1):
+        out = net(z)
         loss = data_fit(out, yt, op).sum()
         opt.zero_grad()
         loss.backward()

@@ -20,7 +20,8 @@ Metrics (means over the client's pictures): ``psnr_<m>``/``ssim_<m>`` for
 ``lp_members`` (mean over members), ``lp_single`` (member 0 alone: the S = 1
 ablation), ``lp_no_rate`` (member 0's twin with λ_R = 0), every baseline, and
 ``dip`` (last iterate) / ``dip_oracle`` (best iterate, chosen with the clean
-picture); ``lp_bits``, ``lp_bpp`` (the code of one member: seed, mask, latents,
+picture), ``deep_decoder`` (Deep Decoder, last iterate; ``deep_decoder_oracle`` its
+best iterate, a diagnostic); ``lp_bits``, ``lp_bpp`` (the code of one member: seed, mask, latents,
 modules), ``lp_lambda``, ``lp_fit_ratio`` (‖y - A x̂‖²/m over sigma²),
 ``seconds_lp``, ``seconds_dip``.
 """
@@ -43,7 +44,9 @@ from flowerbed.data.base import ClientData
 if TYPE_CHECKING:
     from flowerbed.methods.lottery_prior.data import Observation
 
-Baseline = Literal["input", "tv", "nlm", "wavelet", "bm3d", "bicubic", "biharmonic", "dip"]
+Baseline = Literal[
+    "input", "tv", "nlm", "wavelet", "bm3d", "bicubic", "biharmonic", "dip", "deep_decoder"
+]
 CLASSICAL_DEFAULT: tuple[Baseline, ...] = (
     "input", "tv", "nlm", "wavelet", "bm3d", "bicubic", "biharmonic",
 )  # fmt: skip
@@ -80,6 +83,10 @@ class LotteryPriorParams(Params):
     )
     dip_iters: int = Field(600, ge=1, description="Deep Image Prior iterations")
     dip_width: int = Field(16, ge=1, description="channels per U-Net level")
+    dd_iters: int = Field(1000, ge=1, description="Deep Decoder iterations (Adam, lr 0.01)")
+    dd_width: int | None = Field(
+        None, ge=1, description="Deep Decoder channels k; None: the paper's weights per pixel"
+    )
 
     @field_validator("lambda_rate")
     @classmethod
@@ -167,10 +174,12 @@ def _baselines(
 ) -> None:
     from flowerbed.methods.lottery_prior import algorithm_baselines as bl
 
-    names = tuple(b for b in p.baselines if b != "dip")
+    names = tuple(b for b in p.baselines if b not in ("dip", "deep_decoder"))
     for name, img in bl.classical(p.task, obs.y, obs.op, obs.sigma, names).items():
         out.images[name] = img
         out.metrics[f"psnr_{name}"], out.metrics[f"ssim_{name}"] = quality(clean, img)
+    if "deep_decoder" in p.baselines:
+        _deep_decoder(p, clean, obs, seed, out, track_every)
     if "dip" not in p.baselines:
         return
     import torch
@@ -190,6 +199,35 @@ def _baselines(
     out.images["dip"], out.images["dip_oracle"] = res.final, res.best
     out.curves["dip"] = res.curve
     for name in ("dip", "dip_oracle"):
+        out.metrics[f"psnr_{name}"], out.metrics[f"ssim_{name}"] = quality(clean, out.images[name])
+
+
+def _deep_decoder(
+    p: LotteryPriorParams, clean: np.ndarray, obs: Observation, seed: int, out: ImageResult,
+    track_every: int,
+) -> None:
+    """Deep Decoder (last iterate; the oracle-best iterate as a diagnostic)."""
+    import torch
+
+    from flowerbed.methods.lottery_prior import algorithm_baselines as bl
+    from flowerbed.methods.lottery_prior.model_deep_decoder import for_size
+    from flowerbed.methods.lottery_prior.model_dip import parameter_count
+
+    c, h, w = clean.shape
+    if h != w:
+        raise ValueError(f"learner lottery_prior: deep_decoder needs square pictures, got {h}x{w}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, "deep_decoder") % 2**63)
+        net = for_size(h, c, p.dd_width)
+        start = time.perf_counter()
+        res = bl.fit_deep_decoder(net, obs.y, obs.op, clean, iters=p.dd_iters,
+                                  seed=derive_seed(seed, "deep_decoder", "input"),
+                                  track_every=track_every or 10)
+    out.metrics["seconds_deep_decoder"] = time.perf_counter() - start
+    out.metrics["deep_decoder_params"] = float(parameter_count(net))
+    out.images["deep_decoder"], out.images["deep_decoder_oracle"] = res.final, res.best
+    out.curves["deep_decoder"] = res.curve
+    for name in ("deep_decoder", "deep_decoder_oracle"):
         out.metrics[f"psnr_{name}"], out.metrics[f"ssim_{name}"] = quality(clean, out.images[name])
 
 

@@ -16,6 +16,8 @@ algorithm_obs.py
 algorithm_scan.py
     SparseSSM (arXiv 2506.09613) scan: the selective scan of a Mamba-1 mixer, with
     masks.
+data_typeseg.py
+    Mixed-content documents for typeseg's segmenter (the second test bed).
 data.py
     ``sparsessm_text``: byte windows of the offline corpora, held-out block fixed
     for all seeds.
@@ -25,6 +27,9 @@ model.py
 model_mamba.py
     SparseSSM's Mamba (arXiv 2506.09613): building, pre-training and loading (torch,
     transformers).
+model_typeseg.py
+    typeseg's trained bidirectional Mamba-1 (PyPI wheel, extra ``typeseg``) loaded
+    into the scan's layout.
 learner.py
     SparseSSM client (arXiv 2506.09613): calibration statistics of a Mamba on local
     text.
@@ -35,5 +40,6 @@ strategy.py
 Documentation: ``docs/methods/sparsessm.md``; scenarios:
 ``scenarios/sparsessm/federated.yaml``, ``scenarios/sparsessm/prune.yaml``; tests:
 ``tests/methods/test_sparsessm.py``; experiments:
-``benchmarks/methods/sparsessm_experiment.py``.
+``benchmarks/methods/sparsessm_experiment.py`` (byte Mamba),
+``benchmarks/methods/sparsessm_typeseg_experiment.py`` (typeseg's Mamba).
 """

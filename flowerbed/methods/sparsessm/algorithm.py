@@ -111,6 +111,25 @@ def nm_keep(score: np.ndarray, prunen: int, prunem: int) -> np.ndarray:
     return keep.reshape(rows, cols)
 
 
+def channel_keep(score: np.ndarray, sparsity: float) -> np.ndarray:
+    """Keep-mask pruning the ``round(sparsity · N)`` lowest entries of every row (channel).
+
+    The per-channel allocation (a variant, not the paper's code): every
+    channel keeps the same number of states, so none is emptied, whereas the
+    official per-layer lowest-K can prune all ``N`` states of a channel.
+    """
+    k = round(sparsity * score.shape[1])
+    keep = np.ones_like(score, dtype=bool)
+    order = np.argsort(score, axis=1, kind="stable")[:, :k]
+    np.put_along_axis(keep, order, False, axis=1)
+    return keep
+
+
+def emptied_channels(keep: np.ndarray) -> int:
+    """Number of channels (rows) whose every state is pruned."""
+    return int((~keep).all(axis=1).sum())
+
+
 def structured_columns(a_log: np.ndarray, h_mean: np.ndarray, sparsity: float) -> np.ndarray:
     """State columns to delete: each step votes for its ``k`` lowest ``Σ_d A_log² H[t]``.
 
@@ -150,6 +169,9 @@ class PruneSpec:
     prunen: int = 2
     prunem: int = 4
     time_mode: TimeMode | None = None  # None: power (unstructured) / window (nm), as coded
+    #: ``layer``: the official lowest-K over each layer's ``D x N`` scores; ``channel``: the
+    #: same count taken per channel (:func:`channel_keep`; unstructured only)
+    allocation: Literal["layer", "channel"] = "layer"
     k_frac: float = 0.25
     sequential: bool = True
     seed: int = 0
@@ -197,7 +219,12 @@ def layer_keep(spec: PruneSpec, a_log: np.ndarray, stats: LayerStats | None,
     else:
         assert stats is not None
         score = saliency(stats, spec.weighting, k_frac=spec.k_frac)
-    keep = nm_keep(score, spec.prunen, spec.prunem) if nm else lowest_keep(score, spec.sparsity)
+    if nm:
+        keep = nm_keep(score, spec.prunen, spec.prunem)
+    elif spec.allocation == "channel":
+        keep = channel_keep(score, spec.sparsity)
+    else:
+        keep = lowest_keep(score, spec.sparsity)
     return keep, None
 
 

@@ -142,14 +142,16 @@ def mixer_inner(mixer: Any, hidden: torch.Tensor) -> dict[str, torch.Tensor]:
     t_len = hidden.shape[1]
     x, z = mixer.in_proj(hidden).chunk(2, dim=-1)
     w = mixer.conv1d.weight
-    x = F.conv1d(x.transpose(1, 2), w, mixer.conv1d.bias, padding=w.shape[-1] - 1,
+    k = w.shape[-1]
+    low = (k - 1) // 2 if getattr(mixer, "conv_same", False) else k - 1
+    x = F.conv1d(F.pad(x.transpose(1, 2), (low, k - 1 - low)), w, mixer.conv1d.bias,
                  groups=w.shape[0])[..., :t_len]
     u = F.silu(x).transpose(1, 2)
     n = mixer.A_log.shape[1]
     rank = mixer.x_proj.weight.shape[0] - 2 * n
     dbc = mixer.x_proj(u)
     dt, b_in, c_out = dbc[..., :rank], dbc[..., rank : rank + n], dbc[..., rank + n :]
-    delta = F.softplus(mixer.dt_proj(dt))
+    delta = F.softplus(mixer.dt_proj(dt)) + getattr(mixer, "dt_floor", 0.0)
     return {"u": u, "z": z, "delta": delta, "B": b_in, "C": c_out}
 
 
@@ -157,18 +159,77 @@ def mixer_forward(
     mixer: Any, hidden: torch.Tensor, keep: torch.Tensor | None = None,
     stats: LayerStats | None = None,
 ) -> torch.Tensor:
-    """The mixer's output for ``hidden`` ``(B, T, d_model)``; ``stats`` gets calibration sums."""
+    """The mixer's output for ``hidden`` ``(B, T, d_model)``; ``stats`` gets calibration sums.
+
+    A mixer with ``bidirectional = True`` (typeseg's block) adds a second scan
+    over the reversed sequence with the same ``A_log`` and mask; its
+    statistics are added as further windows, indexed by its own scan step.
+    """
     import torch.nn.functional as F
 
     p = mixer_inner(mixer, hidden)
+    y = _scan_output(mixer, p, keep, stats)
+    if getattr(mixer, "bidirectional", False):
+        rev = {name: v.flip(1) for name, v in p.items()}
+        y = y + _scan_output(mixer, rev, keep, stats).flip(1)
+    out: torch.Tensor = mixer.out_proj(y * F.silu(p["z"]))
+    return out
+
+
+def _scan_output(mixer: Any, p: dict[str, torch.Tensor], keep: torch.Tensor | None,
+                 stats: LayerStats | None) -> torch.Tensor:
+    """One direction's ``y_t = C_t · h_t + D ⊙ u_t`` (before the gate)."""
+    import torch
+
+    if getattr(mixer, "stepwise", False) and not torch.is_grad_enabled():
+        return stepwise_output(mixer, p, keep, stats)
     a = -mixer.A_log.float().exp()
     log_a = p["delta"][..., None] * a  # log Ā_t, (B, T, D, N)
     bu = p["delta"][..., None] * p["B"][:, :, None, :] * p["u"][..., None]
     h = linear_scan(log_a, bu, keep)
     if stats is not None:
         add_stats(stats, log_a, h, keep)
-    y = (h * p["C"][:, :, None, :]).sum(-1) + p["u"] * mixer.D
-    out: torch.Tensor = mixer.out_proj(y * F.silu(p["z"]))
+    y: torch.Tensor = (h * p["C"][:, :, None, :]).sum(-1) + p["u"] * mixer.D
+    return y
+
+
+def stepwise_output(mixer: Any, p: dict[str, torch.Tensor], keep: torch.Tensor | None,
+                    stats: LayerStats | None) -> torch.Tensor:
+    """:func:`_scan_output` one step at a time, never holding ``(B, T, D, N)`` (no autograd).
+
+    For long inputs of wide models (typeseg's 256 x 16 states) the full state
+    tensor is hundreds of MB; this loop keeps one step's ``(B, D, N)`` and adds
+    the calibration sums step by step (the same sums as :func:`add_stats`).
+    """
+    import torch
+
+    a = -mixer.A_log.float().exp()
+    delta, u, b_in, c_out = p["delta"], p["u"], p["B"], p["C"]
+    bsz, t_len, d = u.shape
+    state = u.new_zeros(bsz, d, a.shape[1])
+    y = torch.empty_like(u)
+    sums = None
+    if stats is not None:
+        sums = [torch.zeros(t_len, *a.shape, dtype=torch.float64) for _ in range(2)]
+        gram = torch.zeros(a.shape[1], a.shape[1], dtype=torch.float64)
+    for t in range(t_len):
+        dt = delta[:, t, :, None]
+        abar = torch.exp(dt * a)
+        if keep is not None:
+            abar = abar * keep
+        if sums is not None:
+            prev = state.double()
+            sums[0][t] += abar.double().sum(0)
+            sums[1][t] += (prev * prev).sum(0)
+            gram += torch.einsum("bdn,bdm->nm", prev, prev)
+        state = abar * state + (dt * u[:, t, :, None]) * b_in[:, t, None, :]
+        y[:, t] = (state * c_out[:, t, None, :]).sum(-1)
+    if stats is not None and sums is not None:
+        stats.abar_sum += sums[0].numpy()
+        stats.h2_sum += sums[1].numpy()
+        stats.gram += gram.numpy()
+        stats.count += bsz
+    out: torch.Tensor = y + u * mixer.D
     return out
 
 
@@ -216,10 +277,15 @@ def collect_layer_stats(
 
     blocks = model.backbone.layers
     collect = {i: empty_stats(windows.shape[1], *blocks[i].mixer.A_log.shape) for i in layers}
+    last = max(layers, default=-1)
     with torch.no_grad():
         for s in range(0, len(windows), batch_size):
             ids = torch.as_tensor(windows[s : s + batch_size], dtype=torch.long)
-            model_logits(model, ids, keeps, collect)
+            hidden = model.backbone.embeddings(ids)
+            for i, block in enumerate(blocks[: last + 1]):  # later layers are not needed
+                keep = None if keeps is None else keeps[i]
+                hidden = hidden + mixer_forward(block.mixer, block.norm(hidden), keep,
+                                                collect.get(i))
     return collect
 
 
