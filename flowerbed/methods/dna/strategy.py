@@ -69,6 +69,9 @@ class DnaStrategy(Strategy):
         learner = ctx.learner
         if not isinstance(learner, K.DnaLearner):
             raise TypeError(f"strategy dna needs learner dna, got {type(learner).__name__}")
+        if learner.p.localisation != "statistics" or learner.p.triad != "statistics":
+            raise ValueError("strategy dna: learner.localisation and learner.triad must be "
+                             "'statistics' (the server sees statistics only, not images)")
         replies = fed.ask(K.STATS_MESSAGE, Payload(), server_round=0)
         for pid, reason in replies.failed.items():
             log.warning("dna: client %d failed its statistics: %s", pid, reason)
