@@ -513,6 +513,43 @@ def test_efficientnet_layers_match_the_network(cache):
     np.testing.assert_array_equal(again.layer("block7"), feats.layer("block7"))
 
 
+def test_unit_gradients_match_finite_differences_through_the_network(cache):
+    import torch
+
+    from flowerbed.methods.dna.model import DnaBackboneParams, unit_gradients
+    from flowerbed.models.efficientnet_lite import load_pretrained
+    from flowerbed.models.encoders import IMAGENET_MEAN, IMAGENET_STD, to_image_batch
+
+    ds = pca_dataset()
+    x = ds.x_train[:3]
+    gen = np.random.default_rng(18)
+    w, mean, std = gen.standard_normal(1280), gen.random(1280), 0.5 + gen.random(1280)
+    p = DnaBackboneParams(image_size=32)
+    grads = unit_gradients(p, x, ds.meta, 8, w, mean, std)
+    assert grads.shape == (3, 80)
+    net = load_pretrained(None).eval()
+    img = to_image_batch(x, ds.meta, 32, 1.0)
+    img = (img - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(
+        IMAGENET_STD).view(1, 3, 1, 1)
+    eps = 1e-2
+
+    def logit(channel, delta):  # block8's output channel shifted by delta everywhere
+        def shift(_m, _inp, out):
+            out = out.clone()
+            out[:, channel] += delta
+            return out
+
+        hook = net._blocks[7].register_forward_hook(shift)
+        with torch.no_grad():
+            head = net.features(img).double().numpy()
+        hook.remove()
+        return ((head - mean) / std) @ w
+
+    for channel in (0, 17, 79):
+        ref = (logit(channel, eps) - logit(channel, -eps)) / (2 * eps)
+        np.testing.assert_allclose(grads[:, channel], ref, rtol=2e-2, atol=2e-2)
+
+
 def test_two_tower_tower_adds_the_projection_head_as_its_final_layer(cache, monkeypatch):
     import torch
 
