@@ -632,6 +632,52 @@ def test_learner_statistics_from_two_clients_select_what_the_pooled_images_selec
     assert sent == sum(st.nbytes() for st in merged)
 
 
+def test_learner_probe_auc_localisation_and_attribution_triad(cache):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.model_selection import LeaveOneOut, cross_val_predict
+
+    from flowerbed.core.scenario import from_dict
+    from flowerbed.methods.dna.data import label_parts
+    from flowerbed.methods.dna.learner import DnaLearner, DnaParams
+    from flowerbed.methods.dna.strategy import DnaStrategy
+
+    layers = ("block4", "block8", "block12")
+    scenario = from_dict({
+        "name": "dna_unit", "seed": 0, "num_clients": 1, "rounds": 1,
+        "dataset": {"name": "dna_fakes", "seen": ["pca"], "unseen": [], "train_per_class": 12,
+                    "test_per_class": 20, "generator": TINY_GEN},
+        "partition": {"name": "iid"}, "clients": {"local_test_fraction": 0.0},
+        "learner": {"name": "dna", "backbone": {"image_size": 32}, "num_folds": 3,
+                    "layers": list(layers), "localisation": "probe_auc",
+                    "triad": "attribution"},
+        "strategy": {"name": "dna"}, "engine": "inline"})
+    learner = DnaLearner(DnaParams.model_validate(scenario.component("learner").model_dump(
+        exclude={"name"})), scenario=scenario)
+    ds = pca_dataset()
+    names, stats = learner.stats(ds.x_train, ds.y_train, ds.meta)
+    feats = learner.features(ds.x_train, ds.meta, maps=True)
+    fake = label_parts(ds.meta).fake(ds.y_train)
+    ref = []
+    for name in layers:
+        x = feats.layer(name)
+        z = (x - x.mean(0)) / np.where(x.std(0, ddof=1) > 1e-12, x.std(0, ddof=1), 1.0)
+        held = cross_val_predict(LogisticRegression(C=1.0, tol=1e-10, max_iter=10000), z, fake,
+                                 cv=LeaveOneOut(), method="decision_function")
+        ref.append(roc_auc_score(fake, held))
+    auc = [learner.layer_auc(stats[names.index(n)], feats.layer(n), fake) for n in layers]
+    np.testing.assert_allclose(auc, ref, atol=1e-9)
+    plan = learner.plan(names, stats, auc)
+    assert names[plan.selection.layer] == layers[int(np.argmax(ref))]
+    attr = learner.attribution_plan(plan, feats, ds.x_train, fake, ds.meta)
+    assert attr.selection.layer == plan.selection.layer
+    np.testing.assert_array_equal(attr.sets["fdu"][1], attr.selection.fdus)
+    assert set(attr.selection.fdus) <= set(range(stats[plan.selection.layer].num_units))
+    # the federated strategy sees statistics only: one clear line
+    with pytest.raises(ValueError, match=r"learner\.localisation and learner\.triad"):
+        DnaStrategy.check_learner(learner)
+
+
 # --------------------------------------------------------------------------- generators, run
 
 
