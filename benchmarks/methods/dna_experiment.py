@@ -313,15 +313,37 @@ def summarise(runs, key="arms"):
 
 
 def print_table(table, title):
+    """Print (and return) the markdown table of ``summarise``."""
     shots = sorted({k for _, k in table})
-    print(f"\n### {title}\n")
-    print("| method | shots | seen acc | seen AUC | unseen acc | unseen AUC |")
-    print("|---|---|---|---|---|---|")
+    lines = [f"\n### {title}\n", "| method | shots | seen acc | seen AUC | unseen acc | "
+             "unseen AUC |", "|---|---|---|---|---|---|"]
     for arm in ARMS:
         for k in shots:
             m, s = table[(arm, k)]
             cells = " | ".join(f"{100 * m[i]:.1f} ± {100 * s[i]:.1f}" for i in range(4))
-            print(f"| {LABEL[arm]} | {k} | {cells} |")
+            lines.append(f"| {LABEL[arm]} | {k} | {cells} |")
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def layer_table(runs, names):
+    """Mean unseen accuracy (%) of every layer's all-unit probe, per shot count, and runs."""
+    shots = sorted({r["k"] for r in runs if r.get("per_layer")})
+    lines = ["\n### All-unit probe per layer: unseen accuracy (%), mean ± sd over runs\n",
+             "| layer | " + " | ".join(f"{k} shots" for k in shots) + " |",
+             "|---|" + "---|" * len(shots)]
+    for j, name in enumerate(names):
+        cells = []
+        for k in shots:
+            acc = [seen_unseen(r["per_layer"][j], r["g"])[1][0] for r in runs
+                   if r["k"] == k and r.get("per_layer")]
+            sd = np.std(acc, ddof=1) if len(acc) > 1 else float("nan")
+            cells.append(f"{100 * np.mean(acc):.1f} ± {100 * sd:.1f} (n={len(acc)})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    text = "\n".join(lines)
+    print(text)
+    return text
 
 
 def plot_shots(table, path):
@@ -557,8 +579,12 @@ def report(runs, names, args):
     per_run = args.out / "per_run.jsonl"
     per_run.write_text("".join(json.dumps(row) + "\n" for row in per_run_rows(runs, names)))
     print(f"per-run rows of every arm: {per_run}")
-    print_table(table, "Accuracy / AUC (%), mean ± sd over train generators x seeds")
-    print_table(heavy_table, "Same probes, test images re-compressed at JPEG quality 30")
+    texts = [print_table(table, "Accuracy / AUC (%), mean ± sd (sample sd) over train "
+                         "generators x seeds"),
+             print_table(heavy_table, "Same probes, test images re-compressed at JPEG "
+                         "quality 30"),
+             layer_table(runs, names)]
+    (args.out / "table.md").write_text("\n".join(texts).lstrip() + "\n")
     print("\n### Paper (STATED-2nd; other benchmarks, CLIP-scale backbone) vs ours\n")
     fdu16 = table[("fdu", 16)][0]
     heavy16 = heavy_table[("fdu", 16)][0]
