@@ -413,7 +413,8 @@ def plot_layers(runs, names, path):
     t = np.array(r["triadic_sorted"])
     ax.plot(np.arange(len(t)), t, label=f"sorted triadic score, layer {names[r['layer']]}")
     if r["knee"] is not None:
-        ax.axvline(r["knee"], color="C3", ls="--", label=f"Kneedle elbow: {r['knee']} FDUs")
+        ax.axvline(r["knee"], color="C3", ls="--",
+                   label=f"Kneedle elbow at rank {r['knee']}: {r['fdus']} FDUs")
     ax.set_xlim(0, min(len(t), 200))
     ax.set_xlabel("unit rank")
     ax.set_ylabel("T = d·s·u")
@@ -456,7 +457,8 @@ def plot_masking(runs, names, path):
         ax.grid(alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
-    fig.suptitle("FDU masking, 64 shots (block2 has 24 units, the head 1280)", fontsize=10)
+    fig.suptitle("FDU masking, 64 shots (the all-unit probe of the chosen intermediate block)",
+                 fontsize=10)
     fig.tight_layout(rect=(0, 0.14, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
