@@ -102,7 +102,12 @@ class Pool:
         self.train, self.test = order[:n_train], order[n_train : n_train + TEST_N]
         self.pixels = postprocess(images, PostProcess(), rng(seed, "dna-bench", "post", name))
         flat = self.pixels.reshape(len(images), -1)
-        self.feats = extract(BACKBONE, flat, META, maps=True, cut_after=CUT)
+        feats = extract(BACKBONE, flat, META, maps=True, cut_after=CUT)
+        # maps are only read for training shots: keep those rows (memory), found by `pos`
+        self.pos = np.full(len(images), -1)
+        self.pos[self.train] = np.arange(len(self.train))
+        self.feats = type(feats)(feats.names, feats.pooled,
+                                 tuple(m[self.train] for m in feats.maps), feats.cut)
         heavy = np.stack([jpeg(im, 30) for im in self.pixels[self.test]]).reshape(TEST_N, -1)
         self.heavy = extract(BACKBONE, heavy, META, maps=False, cut_after=CUT)
 
@@ -127,7 +132,8 @@ def layer_stats(pools, g, ri, fi):
     null = dna.null_labels(pix, NULL_DRAWS)
     return [dna.layer_stats(np.concatenate([real.feats.pooled[k][ri], fake.feats.pooled[k][fi]]),
                             lab, folds, sem, FOLDS, S,
-                            np.concatenate([real.feats.maps[k][ri], fake.feats.maps[k][fi]]),
+                            np.concatenate([real.feats.maps[k][real.pos[ri]],
+                                            fake.feats.maps[k][fake.pos[fi]]]),
                             null)
             for k in range(len(real.feats.names))], lab, pix
 
@@ -180,7 +186,8 @@ def loo_aucs(stats, train, lab):
 def attribution_fdus(stats, sel, dets, pix, lab):
     """FDUs at the chosen layer by the attribution triad (activation x gradient x weight)."""
     final = dets["final_layer"]
-    grads = unit_gradients(BACKBONE, pix, META, sel.layer, final.w, final.mean, final.std)
+    small = BACKBONE.model_copy(update={"batch_size": 32})  # same gradients, less memory
+    grads = unit_gradients(small, pix, META, sel.layer, final.w, final.mean, final.std)
     sc = dna.attribution_scores(stats[sel.layer], grads, dets["all_units"].w)
     return dna.truncate(sc.triadic)[0]
 
