@@ -512,7 +512,10 @@ def main():
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/dna"))
     ap.add_argument("--img", type=Path, default=Path("docs/methods/img"))
     ap.add_argument("--no-federated", action="store_true")
-    ap.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (default 5)")
+    ap.add_argument("--seeds", type=int, default=5, help="seeds up to N-1 (default 5)")
+    ap.add_argument("--seed-from", type=int, default=0,
+                    help="first seed (a second process can run later seeds into another "
+                    "--out; concatenate the runs.jsonl files, cells are distinct)")
     ap.add_argument("--shots", type=int, nargs="+", default=[16, 4, 64],
                     help="shot counts, in the order they are run within a seed")
     ap.add_argument("--report-only", action="store_true",
@@ -540,7 +543,7 @@ def main():
     print("building pools and features (cached after the first run)", flush=True)
     pools = load_pools()
     tests, heavy = test_sets(pools), test_sets(pools, heavy=True)
-    seeds = range(2 if args.quick else args.seeds)
+    seeds = range(args.seed_from, 2 if args.quick else args.seeds)
     gens = FAMILIES[:2] if args.quick else FAMILIES
     done = {(r["g"], r["k"], r["seed"]) for r in runs}
     print(f"{len(done)} runs already in {runs_path}; they are skipped", flush=True)
