@@ -10,20 +10,27 @@ robust to heavy JPEG; plus the federated statistics round (same FDUs as pooled, 
 Backbone: ImageNet EfficientNet-Lite0 at 64 px. Reals: Fashion-MNIST test rows 0-4999.
 Fakes: four generator families trained here (``flowerbed pretrain dna_generator``). All
 images post-processed (random JPEG 60-95 and resize 0.6-0.9, both classes). For every
-training generator g (the others are unseen), shots k in {4, 16, 64} per class and 5
-seeds: draw k reals and k fakes of g, run DNA and every baseline, score on 1000 test
-reals against 1000 test fakes of each generator.
+training generator g (the others are unseen), shots k in {4, 16, 64} per class and
+seeds 0..N-1: draw k reals and k fakes of g, run DNA and every baseline, score on 1000
+test reals against 1000 test fakes of each generator. Layer candidates are the
+intermediate blocks (block1-block16); the localisation score is decoupling plus the
+bias-corrected map shift (issue 51); arms add the attribution triad, the entropy
+``window``, and localisation by leave-one-out probe AUC; every run stores an all-unit
+probe per layer.
 
 Usage::
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/methods/dna_experiment.py [--quick] \
-        [--out benchmarks/results/dna] [--img docs/methods/img] [--no-federated] [--report-only]
+        [--seeds 5] [--shots 16 4 64] [--out benchmarks/results/dna] [--img docs/methods/img] \
+        [--no-federated] [--report-only]
 
-Each finished run (generator, shots, seed) is appended to ``<out>/runs.jsonl``; a re-run
-skips those, so an interrupted grid resumes; ``--report-only`` rebuilds the tables and
-plots from that file (and the federated table from ``<out>/dna_experiment.json``), and
-writes ``<out>/per_run.jsonl``: one row per run and arm with its seen / unseen accuracy
-and AUC, the units ``benchmarks/claims/dna.yaml`` pairs.
+Each finished run (generator, shots, seed) is appended to ``<out>/runs.jsonl``, every
+shot count and generator of a seed before the next seed (so a cut-short grid is paired
+across arms and generators); a re-run skips finished runs, so an interrupted grid
+resumes; ``--report-only`` rebuilds the tables and plots from that file (and the
+federated table from ``<out>/dna_experiment.json``), and writes ``<out>/per_run.jsonl``:
+one row per run and arm with its seen / unseen accuracy and AUC, the units
+``benchmarks/claims/dna.yaml`` pairs.
 """
 
 from __future__ import annotations
@@ -52,17 +59,31 @@ from flowerbed.methods.dna.data import (
     postprocess,
     real_images,
 )
-from flowerbed.methods.dna.model import DnaBackboneParams, extract, finetune_parts
+from flowerbed.methods.dna.model import (
+    DnaBackboneParams,
+    extract,
+    finetune_parts,
+    unit_gradients,
+)
 
 META = DatasetMeta(name="dna_fakes", task="classification", num_features=784,
                    input_shape=(28, 28))
 BACKBONE = DnaBackboneParams(name="efficientnet_lite0", image_size=64)
 FINAL, FT_BLOCKS, FOLDS, S = 17, 2, 10, 10
 CUT = 16 - FT_BLOCKS
-ARMS = ("fdu", "fdu_mean", "all_units", "random_units", "top_d", "final_layer", "finetune")
-LABEL = {"fdu": "DNA: FDU probe", "fdu_mean": "FDUs, mean fusion (ablation)",
+#: Candidate layers: the intermediate blocks (block1-block16; not the stem, not the head).
+CAND = tuple(range(1, 17))
+#: Null draws of the map-shift term; ``window`` of the window arm (layers either side of
+#: the map-entropy transition, among the intermediate blocks).
+NULL_DRAWS, WINDOW = 20, 4
+ARMS = ("fdu", "fdu_attr", "all_units", "random_units", "top_d", "fdu_window", "fdu_auc",
+        "all_units_auc", "final_layer", "finetune")
+LABEL = {"fdu": "DNA: FDU probe", "fdu_attr": "FDUs by the attribution triad (ablation)",
          "all_units": "all units of the chosen layer", "random_units": "as many random units",
-         "top_d": "top-k by discriminability", "final_layer": "final layer (UnivFD)",
+         "top_d": "top-k by discriminability",
+         "fdu_window": f"FDUs, layer within {WINDOW} of the entropy transition",
+         "fdu_auc": "FDUs, layer by LOO probe AUC", "all_units_auc": "all units, layer by LOO AUC",
+         "final_layer": "final layer (UnivFD)",
          "finetune": f"fine-tune last {FT_BLOCKS} blocks"}
 #: STATED-2nd figures (wizwand / arxivlens summaries of the paper), other benchmarks.
 PAPER = {"GenImage mean acc": 96.5, "ForenSynths mean acc": 97.2,
@@ -81,7 +102,12 @@ class Pool:
         self.train, self.test = order[:n_train], order[n_train : n_train + TEST_N]
         self.pixels = postprocess(images, PostProcess(), rng(seed, "dna-bench", "post", name))
         flat = self.pixels.reshape(len(images), -1)
-        self.feats = extract(BACKBONE, flat, META, maps=True, cut_after=CUT)
+        feats = extract(BACKBONE, flat, META, maps=True, cut_after=CUT)
+        # maps are only read for training shots: keep those rows (memory), found by `pos`
+        self.pos = np.full(len(images), -1)
+        self.pos[self.train] = np.arange(len(self.train))
+        self.feats = type(feats)(feats.names, feats.pooled,
+                                 tuple(m[self.train] for m in feats.maps), feats.cut)
         heavy = np.stack([jpeg(im, 30) for im in self.pixels[self.test]]).reshape(TEST_N, -1)
         self.heavy = extract(BACKBONE, heavy, META, maps=False, cut_after=CUT)
 
@@ -103,10 +129,13 @@ def layer_stats(pools, g, ri, fi):
     lab = np.repeat([0, 1], [len(ri), len(fi)])
     sem = np.concatenate([real.labels[ri], fake.labels[fi]])
     folds = dna.fold_ids(pix, FOLDS)
+    null = dna.null_labels(pix, NULL_DRAWS)
     return [dna.layer_stats(np.concatenate([real.feats.pooled[k][ri], fake.feats.pooled[k][fi]]),
                             lab, folds, sem, FOLDS, S,
-                            np.concatenate([real.feats.maps[k][ri], fake.feats.maps[k][fi]]))
-            for k in range(len(real.feats.names))], lab
+                            np.concatenate([real.feats.maps[k][real.pos[ri]],
+                                            fake.feats.maps[k][fake.pos[fi]]]),
+                            null)
+            for k in range(len(real.feats.names))], lab, pix
 
 
 def test_sets(pools, heavy=False):
@@ -133,27 +162,65 @@ def scores(predict, tests):
     return out
 
 
-def one_run(pools, g, k, seed, tests, heavy_tests, per_layer):
+def select_intermediate(stats, **kw):
+    """:func:`dna.select` over the intermediate blocks, with the layer index mapped back."""
+    sub = dna.select([stats[i] for i in CAND], **kw)
+    return dna.Selection(sub.profile, CAND[sub.layer], sub.scores, sub.fdus, sub.knee)
+
+
+def fit_probe(stats, train, lab, layer, units):
+    mean, std = dna.standardisation(stats[layer], units)
+    z = (train[layer][:, units] - mean) / std
+    return probe.Detector(units, mean, std, *probe.fit_logistic(z, lab))
+
+
+def loo_aucs(stats, train, lab):
+    """Leave-one-out AUC of the all-unit probe of every intermediate block."""
+    out = []
+    for j in CAND:
+        mean, std = dna.standardisation(stats[j], np.arange(stats[j].num_units))
+        out.append(probe.loo_auc((train[j] - mean) / std, lab))
+    return out
+
+
+def attribution_fdus(stats, sel, dets, pix, lab):
+    """FDUs at the chosen layer by the attribution triad (activation x gradient x weight)."""
+    final = dets["final_layer"]
+    small = BACKBONE.model_copy(update={"batch_size": 32})  # same gradients, less memory
+    grads = unit_gradients(small, pix, META, sel.layer, final.w, final.mean, final.std)
+    sc = dna.attribution_scores(stats[sel.layer], grads, dets["all_units"].w)
+    return dna.truncate(sc.triadic)[0]
+
+
+def one_run(pools, g, k, seed, tests, heavy_tests):
     gen = rng(seed, "dna-bench", "shots", g, k)
     ri = gen.choice(pools["real"].train, k, replace=False)
     fi = gen.choice(pools[g].train, k, replace=False)
-    stats, lab = layer_stats(pools, g, ri, fi)
-    sel = dna.select(stats)
-    sets = dna.unit_sets(sel, FINAL, stats[FINAL].num_units, derive_seed(seed, "random"))
-    mean_sel = dna.select(stats, fusion="mean", layer=sel.layer)
-    sets["fdu_mean"] = (sel.layer, mean_sel.fdus)
+    stats, lab, pix = layer_stats(pools, g, ri, fi)
     train = [np.concatenate([pools["real"].feats.pooled[j][ri], pools[g].feats.pooled[j][fi]])
              for j in range(len(stats))]
+    sel = select_intermediate(stats)
+    sets = dna.unit_sets(sel, FINAL, stats[FINAL].num_units, derive_seed(seed, "random"))
+    win = select_intermediate(stats, window=WINDOW)
+    sets["fdu_window"] = (win.layer, win.fdus)
+    aucs = loo_aucs(stats, train, lab)
+    by_auc = select_intermediate(stats, auc=aucs)
+    sets["fdu_auc"] = (by_auc.layer, by_auc.fdus)
+    sets["all_units_auc"] = (by_auc.layer, np.arange(stats[by_auc.layer].num_units))
     rec = {"g": g, "k": k, "seed": seed, "layer": sel.layer, "fdus": len(sel.fdus),
-           "knee": sel.knee, "profile": {n: getattr(sel.profile, n).tolist() for n in (
-               "shift", "semantic", "decoupling", "map_shift", "entropy", "score")},
-           "transition": sel.profile.transition, "arms": {}, "heavy": {}}
-    dets = {}
-    for arm, (layer, units) in sets.items():
-        mean, std = dna.standardisation(stats[layer], units)
-        z = (train[layer][:, units] - mean) / std
-        det = probe.Detector(units, mean, std, *probe.fit_logistic(z, lab))
-        dets[arm] = det
+           "knee": sel.knee, "window_layer": win.layer, "auc_layer": by_auc.layer,
+           "profile": {n: getattr(sel.profile, n).tolist() for n in (
+               "shift", "semantic", "decoupling", "map_shift", "map_null", "map_excess",
+               "entropy", "score")} | {"loo_auc": aucs},
+           "transition": CAND[sel.profile.transition], "arms": {}, "heavy": {}}
+    dets = {arm: fit_probe(stats, train, lab, layer, units)
+            for arm, (layer, units) in sets.items()}
+    fdus_attr = attribution_fdus(stats, sel, dets, pix, lab)
+    sets["fdu_attr"] = (sel.layer, fdus_attr)
+    dets["fdu_attr"] = fit_probe(stats, train, lab, sel.layer, fdus_attr)
+    rec["fdus_attr"] = len(fdus_attr)
+    for arm, det in dets.items():
+        layer = sets[arm][0]
         rec["arms"][arm] = scores(lambda f, d=det, j=layer: d.proba(f.pooled[j]), tests)
         if heavy_tests is not None:
             rec["heavy"][arm] = scores(lambda f, d=det, j=layer: d.proba(f.pooled[j]),
@@ -163,14 +230,10 @@ def one_run(pools, g, k, seed, tests, heavy_tests, per_layer):
     if heavy_ft is not None:
         rec["heavy"]["finetune"] = heavy_ft
     rec["masking"] = masking(dets["all_units"], sel, stats, tests, seed) if k == 64 else None
-    if per_layer:
-        rec["per_layer"] = []
-        for j, st in enumerate(stats):
-            units = np.arange(st.num_units)
-            mean, std = dna.standardisation(st, units)
-            det = probe.Detector(units, mean, std,
-                                 *probe.fit_logistic((train[j] - mean) / std, lab))
-            rec["per_layer"].append(scores(lambda f, d=det, i=j: d.proba(f.pooled[i]), tests))
+    rec["per_layer"] = []
+    for j, st in enumerate(stats):
+        det = fit_probe(stats, train, lab, j, np.arange(st.num_units))
+        rec["per_layer"].append(scores(lambda f, d=det, i=j: d.proba(f.pooled[i]), tests))
     if seed == 0:
         rec["triadic_sorted"] = np.sort(sel.scores.triadic)[::-1].tolist()
     return rec
@@ -251,20 +314,43 @@ def summarise(runs, key="arms"):
         for k in sorted({r["k"] for r in runs if r[key]}):
             rows = [seen_unseen(r[key][arm], r["g"]) for r in runs if r["k"] == k and r[key]]
             a = np.array([[s[0], s[1], u[0], u[1]] for s, u in rows])
-            table[(arm, k)] = (a.mean(0), a.std(0))
+            sd = a.std(0, ddof=1) if len(a) > 1 else np.full(4, np.nan)
+            table[(arm, k)] = (a.mean(0), sd)
     return table
 
 
 def print_table(table, title):
+    """Print (and return) the markdown table of ``summarise``."""
     shots = sorted({k for _, k in table})
-    print(f"\n### {title}\n")
-    print("| method | shots | seen acc | seen AUC | unseen acc | unseen AUC |")
-    print("|---|---|---|---|---|---|")
+    lines = [f"\n### {title}\n", "| method | shots | seen acc | seen AUC | unseen acc | "
+             "unseen AUC |", "|---|---|---|---|---|---|"]
     for arm in ARMS:
         for k in shots:
             m, s = table[(arm, k)]
             cells = " | ".join(f"{100 * m[i]:.1f} ± {100 * s[i]:.1f}" for i in range(4))
-            print(f"| {LABEL[arm]} | {k} | {cells} |")
+            lines.append(f"| {LABEL[arm]} | {k} | {cells} |")
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def layer_table(runs, names):
+    """Mean unseen accuracy (%) of every layer's all-unit probe, per shot count, and runs."""
+    shots = sorted({r["k"] for r in runs if r.get("per_layer")})
+    lines = ["\n### All-unit probe per layer: unseen accuracy (%), mean ± sd over runs\n",
+             "| layer | " + " | ".join(f"{k} shots" for k in shots) + " |",
+             "|---|" + "---|" * len(shots)]
+    for j, name in enumerate(names):
+        cells = []
+        for k in shots:
+            acc = [seen_unseen(r["per_layer"][j], r["g"])[1][0] for r in runs
+                   if r["k"] == k and r.get("per_layer")]
+            sd = np.std(acc, ddof=1) if len(acc) > 1 else float("nan")
+            cells.append(f"{100 * np.mean(acc):.1f} ± {100 * sd:.1f} (n={len(acc)})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    text = "\n".join(lines)
+    print(text)
+    return text
 
 
 def plot_shots(table, path):
@@ -296,12 +382,15 @@ def plot_layers(runs, names, path):
     fig, axes = plt.subplots(1, 3, figsize=(16, 5.6))
     x = np.arange(len(names))
     ax = axes[0]
-    for key, lab in (("shift", "activation shift (Hellinger²)"), ("semantic", "semantic ε²"),
-                     ("map_shift", "map shift (JS)"), ("entropy", "map entropy"),
-                     ("score", "decoupling + map shift")):
+    cand = np.array(CAND)
+    for key, lab in (("shift", "activation shift (Hellinger², / max)"),
+                     ("semantic", "semantic ε² (/ max)"), ("map_shift", "raw map JS (/ max)"),
+                     ("map_excess", "map excess over its null (share)"),
+                     ("score", "decoupling + map excess"),
+                     ("loo_auc", "LOO probe AUC")):
         vals = np.array([r["profile"][key] for r in sub], dtype=float)
-        top = np.nanmax(np.abs(vals)) or 1.0
-        ax.plot(x, np.nanmean(vals, 0) / top, marker=".", label=lab)
+        top = np.nanmax(np.abs(vals)) if key in ("shift", "semantic", "map_shift") else 1.0
+        ax.plot(cand, np.nanmean(vals, 0) / top, marker=".", label=lab)
     chosen = 100 * np.bincount([r["layer"] for r in sub], minlength=len(names)) / len(sub)
     for a in (ax, axes[1]):
         twin = a.twinx()
@@ -311,7 +400,7 @@ def plot_layers(runs, names, path):
         a.set_zorder(twin.get_zorder() + 1)
         a.patch.set_visible(False)
     ax.set_xticks(x, names, rotation=70, fontsize=7)
-    ax.set_title(f"layer localisation signals ({k} shots, each / max |.|)")
+    ax.set_title(f"localisation signals, intermediate blocks ({k} shots, mean of runs)")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)
     ax = axes[1]
     with_layers = [r for r in sub if "per_layer" in r]
@@ -331,7 +420,8 @@ def plot_layers(runs, names, path):
     t = np.array(r["triadic_sorted"])
     ax.plot(np.arange(len(t)), t, label=f"sorted triadic score, layer {names[r['layer']]}")
     if r["knee"] is not None:
-        ax.axvline(r["knee"], color="C3", ls="--", label=f"Kneedle elbow: {r['knee']} FDUs")
+        ax.axvline(r["knee"], color="C3", ls="--",
+                   label=f"Kneedle elbow at rank {r['knee']}: {r['fdus']} FDUs")
     ax.set_xlim(0, min(len(t), 200))
     ax.set_xlabel("unit rank")
     ax.set_ylabel("T = d·s·u")
@@ -374,7 +464,8 @@ def plot_masking(runs, names, path):
         ax.grid(alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
-    fig.suptitle("FDU masking, 64 shots (block2 has 24 units, the head 1280)", fontsize=10)
+    fig.suptitle("FDU masking, 64 shots (the all-unit probe of the chosen intermediate block)",
+                 fontsize=10)
     fig.tight_layout(rect=(0, 0.14, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -421,6 +512,12 @@ def main():
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/dna"))
     ap.add_argument("--img", type=Path, default=Path("docs/methods/img"))
     ap.add_argument("--no-federated", action="store_true")
+    ap.add_argument("--seeds", type=int, default=5, help="seeds up to N-1 (default 5)")
+    ap.add_argument("--seed-from", type=int, default=0,
+                    help="first seed (a second process can run later seeds into another "
+                    "--out; concatenate the runs.jsonl files, cells are distinct)")
+    ap.add_argument("--shots", type=int, nargs="+", default=[16, 4, 64],
+                    help="shot counts, in the order they are run within a seed")
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild the tables and plots from <out>/runs.jsonl (no new runs)")
     ap.add_argument("--replot", type=Path, help="tables and plots from a saved JSON only")
@@ -446,23 +543,22 @@ def main():
     print("building pools and features (cached after the first run)", flush=True)
     pools = load_pools()
     tests, heavy = test_sets(pools), test_sets(pools, heavy=True)
-    seeds = range(2 if args.quick else 5)
+    seeds = range(args.seed_from, 2 if args.quick else args.seeds)
     gens = FAMILIES[:2] if args.quick else FAMILIES
     done = {(r["g"], r["k"], r["seed"]) for r in runs}
     print(f"{len(done)} runs already in {runs_path}; they are skipped", flush=True)
     with runs_path.open("a") as fh:  # one line per finished run: a re-run resumes
-        for g in gens:
-            for k in (4, 16, 64):
-                for s in seeds:
+        for s in seeds:  # every shot count and generator of a seed before the next seed
+            for k in args.shots:
+                for g in gens:
                     if (g, k, s) in done:
                         continue
-                    rec = one_run(pools, g, k, s, tests, heavy if k == 16 else None,
-                                  per_layer=(k == 16 and s < 3))
+                    rec = one_run(pools, g, k, s, tests, heavy if k == 16 else None)
                     fh.write(json.dumps(rec, default=float) + "\n")
                     fh.flush()
                     runs.append(rec)
-                print(f"  train {g}, {k} shots: done ({time.perf_counter() - start:.0f} s)",
-                      flush=True)
+                    print(f"  seed {s}, {k} shots, train {g}: done "
+                          f"({time.perf_counter() - start:.0f} s)", flush=True)
     names = pools["real"].feats.names
     report(runs, names, args)
     fed = saved.get("federated")
@@ -495,8 +591,12 @@ def report(runs, names, args):
     per_run = args.out / "per_run.jsonl"
     per_run.write_text("".join(json.dumps(row) + "\n" for row in per_run_rows(runs, names)))
     print(f"per-run rows of every arm: {per_run}")
-    print_table(table, "Accuracy / AUC (%), mean ± sd over train generators x seeds")
-    print_table(heavy_table, "Same probes, test images re-compressed at JPEG quality 30")
+    texts = [print_table(table, "Accuracy / AUC (%), mean ± sd (sample sd) over train "
+                         "generators x seeds"),
+             print_table(heavy_table, "Same probes, test images re-compressed at JPEG "
+                         "quality 30"),
+             layer_table(runs, names)]
+    (args.out / "table.md").write_text("\n".join(texts).lstrip() + "\n")
     print("\n### Paper (STATED-2nd; other benchmarks, CLIP-scale backbone) vs ours\n")
     fdu16 = table[("fdu", 16)][0]
     heavy16 = heavy_table[("fdu", 16)][0]
@@ -511,6 +611,8 @@ def report(runs, names, args):
                                                 if c))
     for k in (4, 16, 64):
         sub = [r for r in runs if r["k"] == k]
+        if not sub:
+            continue
         print(f"  {k} shots: FDUs {np.mean([r['fdus'] for r in sub]):.1f} "
               f"(range {min(r['fdus'] for r in sub)}-{max(r['fdus'] for r in sub)}) of the "
               f"chosen layer's units")

@@ -47,7 +47,8 @@ def test_knee_of_a_convex_curve_with_a_known_elbow():
     y = np.concatenate([np.linspace(1.0, 0.1, 21)[:-1], np.linspace(0.1, 0.0, 80)])
     assert abs(dna.kneedle(y) - 20) <= 1
     fdus, knee = dna.truncate(np.random.default_rng(0).permutation(y))
-    assert knee == dna.kneedle(y) and len(fdus) == knee
+    # the elbow unit itself is kept: the units up to and including the elbow
+    assert knee == dna.kneedle(y) and len(fdus) == knee + 1
 
 
 def test_a_straight_line_has_no_knee_and_keeps_every_unit():
@@ -187,6 +188,133 @@ def test_layer_profile_picks_the_forgery_layer_over_the_semantic_one():
     assert dna.layer_profile(st, window=0).chosen == prof.transition
 
 
+def _planted_and_noise_layers(n=32, seed=21):
+    """A planted layer (4 of 20 units separate the classes; 4-position maps that do
+    not) and a noise layer (no unit separates; 256-position noise maps, whose plug-in
+    JS is far larger by chance alone); semantic classes unknown."""
+    gen = np.random.default_rng(seed)
+    fake, sem = np.repeat([0, 1], n // 2), np.full(n, -1)
+    pixels = gen.random((n, 49)).astype(np.float32)
+    planted = gen.standard_normal((n, 20))
+    planted[:, :4] += 1.5 * fake[:, None]
+    noise = gen.standard_normal((n, 20))
+    maps_small = gen.dirichlet(np.full(4, 50.0), size=n)
+    maps_large = gen.dirichlet(np.full(256, 5.0), size=n)
+    null = dna.null_labels(pixels, 40, seed=3)
+    folds = dna.fold_ids(pixels, 4)
+    st = [dna.layer_stats(x, fake, folds, sem, 4, 1, m, null)
+          for x, m in ((planted, maps_small), (noise, maps_large))]
+    return st, (maps_small, maps_large), fake, null
+
+
+def test_bias_corrected_map_shift_picks_the_planted_layer_over_a_noise_layer():
+    st, maps, _, null = _planted_and_noise_layers()
+    prof = dna.layer_profile(st)
+    assert prof.chosen == 0
+    # the raw JS of the noise layer is much larger (more positions, same few images) ...
+    assert prof.map_shift[1] > 10 * prof.map_shift[0]
+    # ... and max-scaling it, as before, hands the noise layer a full +1 and the choice
+    old = prof.decoupling + prof.map_shift / prof.map_shift.max()
+    assert int(np.argmax(old)) == 1
+    # the null mean, recomputed by brute force with scipy's JS
+    for layer, m in enumerate(maps):
+        ref = np.mean([jensenshannon(m[null[:, b] == 0].sum(0), m[null[:, b] == 1].sum(0),
+                                     base=2) ** 2 for b in range(null.shape[1])])
+        assert prof.map_null[layer] == pytest.approx(ref, rel=1e-9)
+        want = np.clip(1 - ref / prof.map_shift[layer], 0, 1)
+        assert prof.map_excess[layer] == pytest.approx(want, abs=1e-12)
+    assert prof.map_excess[1] < 0.2
+
+
+def test_a_real_attention_shift_keeps_nearly_its_whole_map_shift():
+    gen = np.random.default_rng(5)
+    n = 40
+    fake, pixels = np.repeat([0, 1], n // 2), gen.random((n, 9))
+    base = gen.dirichlet(np.full(16, 30.0), size=n)
+    base[fake == 1, -1] += 0.5
+    base /= base.sum(1, keepdims=True)
+    st = dna.layer_stats(gen.standard_normal((n, 5)), fake, dna.fold_ids(pixels, 4),
+                         np.full(n, -1), 4, 1, base, dna.null_labels(pixels, 30))
+    assert dna.layer_profile([st]).map_excess[0] > 0.9
+    # without null draws there is no chance level: the map term is 0
+    bare = dna.layer_stats(gen.standard_normal((n, 5)), fake, dna.fold_ids(pixels, 4),
+                           np.full(n, -1), 4, 1, base)
+    assert np.isnan(dna.layer_profile([bare]).map_null[0])
+    assert dna.layer_profile([bare]).map_excess[0] == 0.0
+
+
+def test_null_labels_depend_on_the_image_and_the_seed_only():
+    x = np.random.default_rng(14).random((60, 16)).astype(np.float32)
+    perm = np.random.default_rng(15).permutation(60)
+    lab = dna.null_labels(x, 25, seed=2)
+    np.testing.assert_array_equal(lab[perm], dna.null_labels(x[perm], 25, seed=2))
+    assert not np.array_equal(lab, dna.null_labels(x, 25, seed=3))
+    # fair coins: about half of each draw, draws not copies of one another
+    assert abs(lab.mean() - 0.5) < 0.05
+    assert np.corrcoef(lab.T)[np.triu_indices(25, 1)].std() > 0.05
+
+
+def test_loo_probe_auc_equals_sklearn_leave_one_out():
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.model_selection import LeaveOneOut, cross_val_predict
+
+    gen = np.random.default_rng(16)
+    y = np.repeat([0, 1], 12)
+    x = gen.standard_normal((24, 6))
+    x[:, 0] += 0.8 * y
+    x = (x - x.mean(0)) / x.std(0, ddof=1)
+    ref_scores = cross_val_predict(LogisticRegression(C=1.0, tol=1e-10, max_iter=10000), x, y,
+                                   cv=LeaveOneOut(), method="decision_function")
+    assert probe.loo_auc(x, y) == pytest.approx(roc_auc_score(y, ref_scores), abs=1e-12)
+
+
+def test_probe_auc_localisation_takes_the_best_candidate():
+    st, _, _, _ = _planted_and_noise_layers()
+    prof = dna.layer_profile(st + st, auc=[0.6, 0.9, 0.7, 0.8])
+    assert prof.localisation == "probe_auc" and prof.chosen == 1
+    prof_w = dna.layer_profile(st + st, window=0, auc=[0.6, 0.9, 0.7, 0.8])
+    assert prof_w.chosen == prof_w.transition
+    with pytest.raises(ValueError, match="3 probe AUCs for 4 layers"):
+        dna.layer_profile(st + st, auc=[0.6, 0.9, 0.7])
+
+
+def test_attribution_triad_on_a_tiny_model_against_hand_computed_gradients():
+    import torch
+
+    from flowerbed.methods.dna.model import pooled_gradients
+
+    gen = np.random.default_rng(17)
+    n, d, hw, hidden = 12, 5, 3, 4
+    h = gen.standard_normal((n, d, hw, hw))
+    fake = np.repeat([0, 1], n // 2)
+    h[fake == 1, 1] += 1.0
+    w1, b1 = gen.standard_normal((hidden, d)), gen.standard_normal(hidden)
+    v = gen.standard_normal(hidden)
+
+    def upper(t):  # 1x1 conv, ReLU, global average pool, linear logit
+        z = torch.einsum("od,ndyx->noyx", torch.as_tensor(w1), t)
+        z = z + torch.as_tensor(b1)[:, None, None]
+        return torch.relu(z).mean(dim=(2, 3)) @ torch.as_tensor(v)
+
+    grads = pooled_gradients(upper, torch.as_tensor(h))
+    # by hand: dz/dh_jp = sum_o v_o W_oj 1[pre_op > 0] / P; summed over the P positions
+    pre = np.einsum("od,ndyx->noyx", w1, h) + b1[:, None, None]
+    active = (pre > 0).mean(axis=(2, 3))
+    np.testing.assert_allclose(grads, (active * v) @ w1, rtol=1e-10)
+    # the triad: |mean activation difference| x mean |gradient| x |probe weight|, each / max
+    units = h.mean(axis=(2, 3))
+    st = dna.layer_stats(units, fake, np.arange(n) % 3, np.full(n, -1), 3, 1)
+    weight = gen.standard_normal(d)
+    sc = dna.attribution_scores(st, grads, weight)
+    a = np.abs(units[fake == 1].mean(0) - units[fake == 0].mean(0))
+    g = np.abs(grads).mean(0)
+    ref = (a / a.max()) * (g / g.max()) * (np.abs(weight) / np.abs(weight).max())
+    np.testing.assert_allclose(sc.triadic, ref, rtol=1e-10)
+    with pytest.raises(ValueError, match="4 weights for a layer of 5 units"):
+        dna.attribution_scores(st, grads, weight[:4])
+
+
 # --------------------------------------------------------------------------- federation
 
 
@@ -198,15 +326,18 @@ def test_federated_statistics_equal_pooled_ones_and_select_the_same_fdus():
     maps = gen.dirichlet(np.ones(9), size=len(fake))
     folds = dna.fold_ids(xs[0], 5)
 
+    null = dna.null_labels(xs[0], 6)
+
     def stats_for(rows):
-        return [dna.layer_stats(x[rows], fake[rows], folds[rows], sem[rows], 5, 4, maps[rows])
-                for x in xs]
+        return [dna.layer_stats(x[rows], fake[rows], folds[rows], sem[rows], 5, 4, maps[rows],
+                                null[rows]) for x in xs]
 
     clients = np.array_split(gen.permutation(len(fake)), 3)
     federated = dna.merge([stats_for(c) for c in clients])
     pooled = stats_for(np.arange(len(fake)))
     for a, b in zip(federated, pooled, strict=True):
-        for name in ("n", "s1", "s2", "sem_n", "sem_s1", "sem_s2", "map_sum", "ent_sum"):
+        for name in ("n", "s1", "s2", "sem_n", "sem_s1", "sem_s2", "map_sum", "ent_sum",
+                     "null_map_sum"):
             np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-12, atol=1e-12)
     sel_f, sel_p = dna.select(federated), dna.select(pooled)
     assert sel_f.layer == sel_p.layer
@@ -382,6 +513,43 @@ def test_efficientnet_layers_match_the_network(cache):
     np.testing.assert_array_equal(again.layer("block7"), feats.layer("block7"))
 
 
+def test_unit_gradients_match_finite_differences_through_the_network(cache):
+    import torch
+
+    from flowerbed.methods.dna.model import DnaBackboneParams, unit_gradients
+    from flowerbed.models.efficientnet_lite import load_pretrained
+    from flowerbed.models.encoders import IMAGENET_MEAN, IMAGENET_STD, to_image_batch
+
+    ds = pca_dataset()
+    x = ds.x_train[:3]
+    gen = np.random.default_rng(18)
+    w, mean, std = gen.standard_normal(1280), gen.random(1280), 0.5 + gen.random(1280)
+    p = DnaBackboneParams(image_size=32)
+    grads = unit_gradients(p, x, ds.meta, 8, w, mean, std)
+    assert grads.shape == (3, 80)
+    net = load_pretrained(None).eval()
+    img = to_image_batch(x, ds.meta, 32, 1.0)
+    img = (img - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(
+        IMAGENET_STD).view(1, 3, 1, 1)
+    eps = 1e-2
+
+    def logit(channel, delta):  # block8's output channel shifted by delta everywhere
+        def shift(_m, _inp, out):
+            out = out.clone()
+            out[:, channel] += delta
+            return out
+
+        hook = net._blocks[7].register_forward_hook(shift)
+        with torch.no_grad():
+            head = net.features(img).double().numpy()
+        hook.remove()
+        return ((head - mean) / std) @ w
+
+    for channel in (0, 17, 79):
+        ref = (logit(channel, eps) - logit(channel, -eps)) / (2 * eps)
+        np.testing.assert_allclose(grads[:, channel], ref, rtol=2e-2, atol=2e-2)
+
+
 def test_two_tower_tower_adds_the_projection_head_as_its_final_layer(cache, monkeypatch):
     import torch
 
@@ -462,6 +630,52 @@ def test_learner_statistics_from_two_clients_select_what_the_pooled_images_selec
         np.testing.assert_array_equal(fed.sets[arm][1], pooled.sets[arm][1])
     sent = sum(a.nbytes for a in replies[0].arrays.values())
     assert sent == sum(st.nbytes() for st in merged)
+
+
+def test_learner_probe_auc_localisation_and_attribution_triad(cache):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.model_selection import LeaveOneOut, cross_val_predict
+
+    from flowerbed.core.scenario import from_dict
+    from flowerbed.methods.dna.data import label_parts
+    from flowerbed.methods.dna.learner import DnaLearner, DnaParams
+    from flowerbed.methods.dna.strategy import DnaStrategy
+
+    layers = ("block4", "block8", "block12")
+    scenario = from_dict({
+        "name": "dna_unit", "seed": 0, "num_clients": 1, "rounds": 1,
+        "dataset": {"name": "dna_fakes", "seen": ["pca"], "unseen": [], "train_per_class": 12,
+                    "test_per_class": 20, "generator": TINY_GEN},
+        "partition": {"name": "iid"}, "clients": {"local_test_fraction": 0.0},
+        "learner": {"name": "dna", "backbone": {"image_size": 32}, "num_folds": 3,
+                    "layers": list(layers), "localisation": "probe_auc",
+                    "triad": "attribution"},
+        "strategy": {"name": "dna"}, "engine": "inline"})
+    learner = DnaLearner(DnaParams.model_validate(scenario.component("learner").model_dump(
+        exclude={"name"})), scenario=scenario)
+    ds = pca_dataset()
+    names, stats = learner.stats(ds.x_train, ds.y_train, ds.meta)
+    feats = learner.features(ds.x_train, ds.meta, maps=True)
+    fake = label_parts(ds.meta).fake(ds.y_train)
+    ref = []
+    for name in layers:
+        x = feats.layer(name)
+        z = (x - x.mean(0)) / np.where(x.std(0, ddof=1) > 1e-12, x.std(0, ddof=1), 1.0)
+        held = cross_val_predict(LogisticRegression(C=1.0, tol=1e-10, max_iter=10000), z, fake,
+                                 cv=LeaveOneOut(), method="decision_function")
+        ref.append(roc_auc_score(fake, held))
+    auc = [learner.layer_auc(stats[names.index(n)], feats.layer(n), fake) for n in layers]
+    np.testing.assert_allclose(auc, ref, atol=1e-9)
+    plan = learner.plan(names, stats, auc)
+    assert names[plan.selection.layer] == layers[int(np.argmax(ref))]
+    attr = learner.attribution_plan(plan, feats, ds.x_train, fake, ds.meta)
+    assert attr.selection.layer == plan.selection.layer
+    np.testing.assert_array_equal(attr.sets["fdu"][1], attr.selection.fdus)
+    assert set(attr.selection.fdus) <= set(range(stats[plan.selection.layer].num_units))
+    # the federated strategy sees statistics only: one clear line
+    with pytest.raises(ValueError, match=r"learner\.localisation and learner\.triad"):
+        DnaStrategy.check_learner(learner)
 
 
 # --------------------------------------------------------------------------- generators, run

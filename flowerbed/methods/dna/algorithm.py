@@ -18,7 +18,7 @@ are reconstructed (spec ``methods_a.md`` §4.2; choices argued in ``docs/methods
    maximum), stability ``s_j = 1 - CV`` of the effect size over delete-one-fold
    jackknife resamples, and semantic independence ``u_j = 1 - η²_j``.
 3. **Curvature truncation**: Kneedle (Satopää et al., 2011) on the descending sorted
-   ``T``; the units before the elbow are the forgery-discriminative units (FDUs).
+   ``T``; the units up to the elbow are the forgery-discriminative units (FDUs).
 
 Every score is a function of additive sufficient statistics (:class:`LayerStats`:
 counts, sums and sums of squares per (real/fake, fold) and per (real/fake,
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 import numpy as np
@@ -61,8 +61,11 @@ class LayerStats:
     sums and sums of squares per (label, fold) cell; ``sem_*`` the same per (label,
     semantic class) cell (images of unknown class are left out of them);
     ``map_sum`` is the sum of each label's attention maps (width 0 when the layer
-    has none) and ``ent_sum`` the sum of their normalised entropies. Two clients'
-    statistics add (:meth:`__add__`); nothing else about the images is kept.
+    has none) and ``ent_sum`` the sum of their normalised entropies;
+    ``null_map_sum[b, r]`` the sum of the maps of the images whose ``b``-th null
+    pseudo-label (:func:`null_labels`) is ``r`` (``(B, 2, P)``, ``B = 0`` without a
+    null). Two clients' statistics add (:meth:`__add__`); nothing else about the images
+    is kept.
     """
 
     n: np.ndarray
@@ -73,6 +76,7 @@ class LayerStats:
     sem_s2: np.ndarray
     map_sum: np.ndarray
     ent_sum: np.ndarray
+    null_map_sum: np.ndarray = field(default_factory=lambda: np.zeros((0, 2, 0)))
 
     def __add__(self, other: LayerStats) -> LayerStats:
         """Statistics of the union of both image sets (shapes must agree)."""
@@ -114,6 +118,23 @@ def fold_ids(x: np.ndarray, num_folds: int) -> np.ndarray:
     return np.array([zlib.crc32(r.tobytes()) % num_folds for r in rows], dtype=np.int64)
 
 
+def null_labels(x: np.ndarray, num_draws: int, seed: int = 0) -> np.ndarray:
+    """``(n, num_draws)`` seeded fair-coin pseudo-labels per image, from its pixel checksum.
+
+    The null of the map-shift term: each draw relabels every image at random, so the
+    JS divergence between the two pseudo-classes' mean maps is what chance alone gives
+    with this many images and positions. Like :func:`fold_ids` the labels depend on
+    the image (and the seed) only, so a federation's summed null statistics equal the
+    pooled ones; group sizes are binomial rather than fixed, the one difference from a
+    label permutation.
+    """
+    rows = np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(len(x), -1))
+    out = np.zeros((len(rows), num_draws), dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i] = np.random.default_rng([zlib.crc32(r.tobytes()), seed]).integers(0, 2, num_draws)
+    return out
+
+
 def _cell_sums(x: np.ndarray, cell: np.ndarray, cells: int) -> tuple[np.ndarray, ...]:
     """Counts, sums and sums of squares of ``x`` rows per cell ``0..cells-1``."""
     n = np.bincount(cell, minlength=cells).astype(np.float64)
@@ -142,12 +163,15 @@ def layer_stats(
     num_folds: int,
     num_semantic: int,
     maps: np.ndarray | None = None,
+    null: np.ndarray | None = None,
 ) -> LayerStats:
     """Statistics of units ``x`` ``(n, d)`` of images labelled ``fake`` (0 real, 1 fake).
 
     ``folds`` are jackknife folds in ``0..num_folds-1`` (:func:`fold_ids`);
     ``semantic`` the semantic class in ``0..num_semantic-1``, or -1 when unknown;
-    ``maps`` optional ``(n, P)`` attention maps (rows sum to 1).
+    ``maps`` optional ``(n, P)`` attention maps (rows sum to 1); ``null`` optional
+    ``(n, B)`` pseudo-labels (:func:`null_labels`) whose map sums give the map shift's
+    chance level.
     """
     x = np.asarray(x, dtype=np.float64)
     fake = np.asarray(fake, dtype=np.int64)
@@ -158,6 +182,8 @@ def layer_stats(
         raise ValueError("layer_stats: fake must be 0 (real) or 1 (fake)")
     if len(x) and (folds.min() < 0 or folds.max() >= num_folds):
         raise ValueError(f"layer_stats: folds must lie in 0..{num_folds - 1}")
+    if null is not None and len(null) != len(x):
+        raise ValueError("layer_stats: null needs one row of pseudo-labels per image")
     if len(x) and semantic.max() >= num_semantic:
         raise ValueError(f"layer_stats: semantic classes must lie in 0..{num_semantic - 1} (or -1)")
     d = x.shape[1]
@@ -173,10 +199,17 @@ def layer_stats(
         for label in (0, 1):
             map_sum[label] = m[fake == label].sum(axis=0)
             ent_sum[label] = h[fake == label].sum()
+    null_sum = np.zeros((0, 2, width))
+    if null is not None and maps is not None:
+        null = np.asarray(null, dtype=np.int64)
+        null_sum = np.zeros((null.shape[1], 2, width))
+        for b in range(null.shape[1]):
+            for label in (0, 1):
+                null_sum[b, label] = np.asarray(maps, dtype=np.float64)[null[:, b] == label].sum(0)
     return LayerStats(
         n.reshape(2, num_folds), s1.reshape(2, num_folds, d), s2.reshape(2, num_folds, d),
         sn.reshape(2, num_semantic), t1.reshape(2, num_semantic, d),
-        t2.reshape(2, num_semantic, d), map_sum, ent_sum,
+        t2.reshape(2, num_semantic, d), map_sum, ent_sum, null_sum,
     )
 
 
@@ -306,6 +339,44 @@ def unit_scores(st: LayerStats, fusion: Fusion = "product", adjusted: bool = Tru
     return UnitScores(delta, d_norm, s, u, t)
 
 
+@dataclass(frozen=True)
+class AttributionScores:
+    """The attribution triad per unit: each term over its maximum, and their product."""
+
+    activation: np.ndarray
+    gradient: np.ndarray
+    weight: np.ndarray
+    triadic: np.ndarray
+
+
+def _over_max(v: np.ndarray) -> np.ndarray:
+    v = np.abs(np.asarray(v, dtype=np.float64))
+    return v / v.max() if v.size and v.max() > TINY else np.zeros_like(v)
+
+
+def attribution_scores(st: LayerStats, gradient: np.ndarray, weight: np.ndarray
+                       ) -> AttributionScores:
+    """Attribution triad ``A_j = a_j · g_j · w_j`` (ablation of :func:`unit_scores`).
+
+    The one second-hand description of the paper's triad names activation, gradient
+    and probe weight. Here ``a_j = |μ_fake - μ_real|`` (the unit's activation
+    difference, from the statistics), ``g_j`` the mean absolute gradient of a
+    detector's logit with respect to the unit over the labelled images
+    (``gradient``, ``(n, d)`` or already averaged ``(d,)``; see
+    :func:`flowerbed.methods.dna.model.unit_gradients`) and ``w_j = |weight_j|`` the
+    weight of a probe on the whole layer; each divided by its maximum.
+    """
+    counts = _check_counts(st)
+    mean, _ = moments(counts, st.s1.sum(axis=1), st.s2.sum(axis=1))
+    g = np.asarray(gradient, dtype=np.float64)
+    g = np.abs(g).mean(axis=0) if g.ndim == 2 else np.abs(g)
+    if not (len(g) == len(weight) == st.num_units):
+        raise ValueError(f"attribution_scores: {len(g)} gradients and {len(weight)} weights "
+                         f"for a layer of {st.num_units} units")
+    a, gn, w = _over_max(mean[1] - mean[0]), _over_max(g), _over_max(weight)
+    return AttributionScores(a, gn, w, a * gn * w)
+
+
 # --------------------------------------------------------------------------- truncation
 
 
@@ -346,14 +417,15 @@ def kneedle(y: np.ndarray, sensitivity: float = 1.0) -> int | None:
 
 def truncate(scores: np.ndarray, sensitivity: float = 1.0, min_units: int = 1
              ) -> tuple[np.ndarray, int | None]:
-    """FDUs: the units before the elbow of the sorted scores, best first; and the elbow.
+    """FDUs: the units up to and including the elbow of the sorted scores, best first.
 
-    ``k`` units are kept for an elbow at sorted position ``k`` (at least
-    ``min_units``); without an elbow every unit is kept.
+    ``k + 1`` units are kept for an elbow at sorted position ``k`` (the elbow unit is
+    the last one on the steep part; at least ``min_units``); without an elbow every
+    unit is kept. Returns the FDUs and the elbow.
     """
     order = np.argsort(-np.asarray(scores), kind="stable")
     knee = kneedle(np.asarray(scores)[order], sensitivity)
-    k = len(order) if knee is None else max(knee, min_units)
+    k = len(order) if knee is None else max(knee + 1, min_units)
     return order[: min(k, len(order))], knee
 
 
@@ -382,19 +454,32 @@ def js_divergence(p: np.ndarray, q: np.ndarray) -> float:
     return 0.5 * kl(p) + 0.5 * kl(q)
 
 
+Localisation = Literal["statistics", "probe_auc"]
+
+
 @dataclass(frozen=True)
 class LayerProfile:
-    """Per-layer localisation signals and the chosen layer (an index into the layers)."""
+    """Per-layer localisation signals and the chosen layer (an index into the layers).
+
+    ``map_shift`` is the raw JS of the mean maps, ``map_null`` its mean over the null
+    draws (NaN without them) and ``map_excess`` the share of ``map_shift`` above that
+    chance level (0 without a null); ``auc`` the leave-one-out probe AUC per layer
+    (NaN unless ``localisation == "probe_auc"``); ``score`` what ``chosen`` maximises.
+    """
 
     shift: np.ndarray
     semantic: np.ndarray
     decoupling: np.ndarray
     map_shift: np.ndarray
+    map_null: np.ndarray
+    map_excess: np.ndarray
     entropy: np.ndarray
+    auc: np.ndarray
     score: np.ndarray
     transition: int
     candidates: np.ndarray
     chosen: int
+    localisation: Localisation
 
 
 def _scaled(v: np.ndarray) -> np.ndarray:
@@ -402,19 +487,44 @@ def _scaled(v: np.ndarray) -> np.ndarray:
     return v / top if top > TINY else np.zeros_like(v)
 
 
+def null_js(st: LayerStats) -> float:
+    """Mean JS between the null pseudo-classes' mean maps (NaN without usable draws).
+
+    A draw that leaves one pseudo-class empty is skipped.
+    """
+    vals = [js_divergence(m[0], m[1]) for m in st.null_map_sum
+            if st.null_map_sum.shape[2] > 1 and m[0].sum() > TINY and m[1].sum() > TINY]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def map_excess(js: np.ndarray, null: np.ndarray) -> np.ndarray:
+    """Share of the observed map shift above its chance level, ``(JS - JS_null) / JS`` in [0, 1].
+
+    Bias-corrected and bounded without any scaling across layers: a layer whose maps
+    differ only by chance scores about 0 however large its plug-in JS is, a real
+    attention shift about 1. Layers without a null (or without maps) score 0.
+    """
+    ok = np.isfinite(null) & (js > TINY)
+    out = np.where(ok, 1.0 - np.where(ok, null, 0.0) / np.maximum(js, TINY), 0.0)
+    return np.asarray(np.clip(out, 0.0, 1.0))
+
+
 def layer_profile(stats: Sequence[LayerStats], window: int | None = None,
-                  adjusted: bool = True) -> LayerProfile:
+                  adjusted: bool = True, auc: Sequence[float] | None = None) -> LayerProfile:
     """Locate the critical layer from every candidate layer's statistics.
 
     ``shift[l]`` = mean squared Hellinger distance between the real and fake unit
-    Gaussians; ``semantic[l]`` = mean partial η²; ``decoupling[l]`` = both scaled
+    Gaussians; ``semantic[l]`` = mean partial ε²; ``decoupling[l]`` = both scaled
     by their maximum over layers, semantic subtracted; ``map_shift[l]`` = JS of the
-    mean real and fake attention maps; ``entropy[l]`` = mean normalised map entropy.
-    The transition is the layer after the largest entropy change; the chosen layer
-    maximises ``decoupling + scaled map_shift`` over all layers, or over those at
-    most ``window`` layers from the transition.
+    mean real and fake attention maps, ``map_excess[l]`` its bias-corrected share
+    (:func:`map_excess`); ``entropy[l]`` = mean normalised map entropy. The
+    transition is the layer after the largest entropy change. The chosen layer
+    maximises ``decoupling + map_excess`` (``localisation = "statistics"``) or, when
+    per-layer leave-one-out probe AUCs ``auc`` are given (:func:`flowerbed.methods.dna.
+    algorithm_probe.loo_auc`), the AUC (``"probe_auc"``), over all layers or over
+    those at most ``window`` layers from the transition.
     """
-    shift, sem, js, ent = [], [], [], []
+    shift, sem, js, null, ent = [], [], [], [], []
     for st in stats:
         counts = _check_counts(st)
         mean, var = moments(counts, st.s1.sum(axis=1), st.s2.sum(axis=1))
@@ -422,16 +532,22 @@ def layer_profile(stats: Sequence[LayerStats], window: int | None = None,
         sem.append(float(semantic_eta2(st, adjusted).mean()))
         has_maps = st.map_sum.shape[1] > 1
         js.append(js_divergence(st.map_sum[0], st.map_sum[1]) if has_maps else 0.0)
+        null.append(null_js(st) if has_maps else float("nan"))
         ent.append(float(st.ent_sum.sum() / counts.sum()) if has_maps else np.nan)
-    shift_a, sem_a, js_a, ent_a = map(np.asarray, (shift, sem, js, ent))
+    shift_a, sem_a, js_a, null_a, ent_a = map(np.asarray, (shift, sem, js, null, ent))
     decoupling = _scaled(shift_a) - _scaled(sem_a)
-    score = decoupling + _scaled(js_a)
+    excess = map_excess(js_a, null_a)
+    auc_a = np.full(len(stats), np.nan) if auc is None else np.asarray(auc, dtype=np.float64)
+    if len(auc_a) != len(stats):
+        raise ValueError(f"layer_profile: {len(auc_a)} probe AUCs for {len(stats)} layers")
+    score = decoupling + excess if auc is None else auc_a
     jumps = np.abs(np.diff(ent_a))
     transition = int(np.nanargmax(jumps)) + 1 if np.isfinite(jumps).any() else 0
     idx = np.arange(len(stats))
     cand = idx if window is None else idx[np.abs(idx - transition) <= window]
     chosen = int(cand[np.argmax(score[cand])])
-    return LayerProfile(shift_a, sem_a, decoupling, js_a, ent_a, score, transition, cand, chosen)
+    return LayerProfile(shift_a, sem_a, decoupling, js_a, null_a, excess, ent_a, auc_a, score,
+                        transition, cand, chosen, "statistics" if auc is None else "probe_auc")
 
 
 @dataclass(frozen=True)
@@ -453,9 +569,14 @@ def select(
     min_units: int = 1,
     adjusted: bool = True,
     layer: int | None = None,
+    auc: Sequence[float] | None = None,
 ) -> Selection:
-    """Layer localisation, triadic scores and curvature truncation (``layer`` forces one)."""
-    profile = layer_profile(stats, window, adjusted)
+    """Layer localisation, triadic scores and curvature truncation (``layer`` forces one).
+
+    ``auc``: per-layer leave-one-out probe AUCs, to localise by them instead of by the
+    statistics (:func:`layer_profile`).
+    """
+    profile = layer_profile(stats, window, adjusted, auc)
     chosen = profile.chosen if layer is None else layer
     scores = unit_scores(stats[chosen], fusion, adjusted)
     fdus, knee = truncate(scores.triadic, sensitivity, min_units)

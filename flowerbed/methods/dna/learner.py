@@ -42,6 +42,7 @@ SECONDS = "seconds"
 Arm = Literal["fdu", "all_units", "random_units", "top_d", "final_layer", "finetune"]
 ARMS: tuple[Arm, ...] = ("fdu", "all_units", "random_units", "top_d", "final_layer", "finetune")
 PROBE_ARMS = ("fdu", "all_units", "random_units", "top_d", "final_layer")
+Triad = Literal["statistics", "attribution"]
 
 
 class DnaParams(Params):
@@ -53,6 +54,12 @@ class DnaParams(Params):
     layer: str | None = Field(None, description="skip localisation and use this layer")
     window: int | None = Field(
         None, ge=0, description="only layers this close to the map-entropy transition")
+    localisation: dna.Localisation = Field(
+        "statistics", description="statistics (decoupling + bias-corrected map shift) or "
+        "probe_auc (leave-one-out AUC of an all-unit probe per layer; local task only)")
+    null_draws: int = Field(20, ge=0, description="pseudo-label draws of the map-shift null")
+    triad: Triad = Field("statistics", description="unit score: statistics (d s u) or "
+                         "attribution (activation x gradient x probe weight; local task only)")
     num_folds: int = Field(10, ge=2, description="jackknife folds of the stability score")
     fusion: dna.Fusion = Field("product", description="product (T = d s u) or mean")
     adjusted_eta: bool = Field(True, description="ε² instead of η² for the semantic score")
@@ -170,16 +177,25 @@ class DnaLearner(Learner):
         parts = label_parts(meta)
         feats = self.features(x, meta, maps=True)
         folds = dna.fold_ids(x, self.p.num_folds)
+        null = dna.null_labels(x, self.p.null_draws, self.scenario.seed)
         fake, sem = parts.fake(y), parts.semantic_class(y)
-        out = [dna.layer_stats(f, fake, folds, sem, self.p.num_folds, parts.num_semantic, m)
-               for f, m in zip(feats.pooled, feats.maps, strict=True)]
+        out = [dna.layer_stats(f, fake, folds, sem, self.p.num_folds, parts.num_semantic, m,
+                               null) for f, m in zip(feats.pooled, feats.maps, strict=True)]
         return feats.names, out
 
-    def plan(self, names: tuple[str, ...], stats: list[dna.LayerStats]) -> Plan:
-        """Select the layer and the FDUs from (pooled or merged) statistics; the arms' units."""
+    def candidates(self, names: tuple[str, ...]) -> list[int]:
+        """Indices of the candidate layers."""
+        return list(range(len(names))) if self.p.layers is None else [
+            self._index(names, n, "layers") for n in self.p.layers]
+
+    def plan(self, names: tuple[str, ...], stats: list[dna.LayerStats],
+             auc: list[float] | None = None) -> Plan:
+        """Select the layer and the FDUs from (pooled or merged) statistics; the arms' units.
+
+        ``auc``: leave-one-out probe AUC of each candidate layer (``probe_auc``).
+        """
         p = self.p
-        cand = list(range(len(names))) if p.layers is None else [
-            self._index(names, n, "layers") for n in p.layers]
+        cand = self.candidates(names)
         forced = None
         if p.layer is not None:
             idx = self._index(names, p.layer, "layer")
@@ -187,11 +203,36 @@ class DnaLearner(Learner):
                 raise ValueError(f"learner dna: layer {p.layer!r} is not a candidate layer")
             forced = cand.index(idx)
         sub = dna.select([stats[i] for i in cand], p.window, p.fusion, p.sensitivity,
-                         p.min_units, p.adjusted_eta, forced)
+                         p.min_units, p.adjusted_eta, forced, auc)
         sel = dna.Selection(sub.profile, cand[sub.layer], sub.scores, sub.fdus, sub.knee)
         final = len(names) - 1
         seed = derive_seed(self.scenario.seed, "dna", "random_units")
         return Plan(names, sel, dna.unit_sets(sel, final, stats[final].num_units, seed), stats)
+
+    def layer_auc(self, st: dna.LayerStats, x: np.ndarray, fake: np.ndarray) -> float:
+        """Leave-one-out AUC of the all-unit probe of one layer on the labelled images."""
+        mean, std = dna.standardisation(st, np.arange(st.num_units))
+        return probe.loo_auc((x - mean) / std, fake, self.p.c)
+
+    def attribution_plan(self, plan: Plan, feats: LayerFeatures, x: np.ndarray,
+                         fake: np.ndarray, meta: DatasetMeta) -> Plan:
+        """The plan with the FDUs re-scored by the attribution triad.
+
+        Gradient: of the final-layer (UnivFD) probe's logit through the frozen network;
+        probe weight: of the all-unit probe of the chosen layer.
+        """
+        from flowerbed.methods.dna.model import unit_gradients
+
+        sel = plan.selection
+        final = self.fit_arm(plan, "final_layer", feats, fake)
+        whole = self.fit_arm(plan, "all_units", feats, fake)
+        grads = unit_gradients(self.p.backbone, x, meta, sel.layer, final.w, final.mean,
+                               final.std)
+        scores = dna.attribution_scores(plan.stats[sel.layer], grads, whole.w)
+        fdus, knee = dna.truncate(scores.triadic, self.p.sensitivity, self.p.min_units)
+        new = dna.Selection(sel.profile, sel.layer, sel.scores, fdus, knee)
+        sets = plan.sets | {"fdu": (sel.layer, fdus)}
+        return Plan(plan.names, new, sets, plan.stats)
 
     @staticmethod
     def _index(names: tuple[str, ...], name: str, field: str) -> int:
@@ -249,9 +290,14 @@ class DnaLearner(Learner):
         parts = self._check(data.meta)
         start = time.perf_counter()
         names, stats = self.stats(data.x_train, data.y_train, data.meta)
-        plan = self.plan(names, stats)
         feats = self.features(data.x_train, data.meta, maps=True)
         fake = parts.fake(data.y_train)
+        auc = None
+        if self.p.localisation == "probe_auc":
+            auc = [self.layer_auc(stats[i], feats.pooled[i], fake) for i in self.candidates(names)]
+        plan = self.plan(names, stats, auc)
+        if self.p.triad == "attribution":
+            plan = self.attribution_plan(plan, feats, data.x_train, fake, data.meta)
         metrics = plan.summary() | {"dna_select_seconds": time.perf_counter() - start}
         arrays: dict[str, np.ndarray] = {"fdus": plan.selection.fdus,
                                          "triadic": plan.selection.scores.triadic}

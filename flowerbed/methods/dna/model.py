@@ -255,6 +255,62 @@ def extract(p: DnaBackboneParams, x: np.ndarray, meta: DatasetMeta, maps: bool =
     return feats
 
 
+def unit_gradients(p: DnaBackboneParams, x: np.ndarray, meta: DatasetMeta, layer: int,
+                   w: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """Gradient of a final-layer probe's logit with respect to layer ``layer``'s pooled units.
+
+    The probe reads the head's pooled features: ``z = w · (h - mean) / std`` (UnivFD's
+    probe). A pooled unit is a channel's mean over positions, so raising it by ``δ``
+    raises every position of the channel by ``δ``: ``∂z/∂u_j = Σ_p ∂z/∂h_jp``. Returns
+    ``(n, d)`` per image, from one forward and backward pass of the frozen network
+    above the layer (EfficientNet backbones; 0 = stem, 17 = head).
+    """
+    import torch
+    from torch.nn import functional as F
+
+    from flowerbed.models.encoders import IMAGENET_MEAN, IMAGENET_STD
+
+    if p.name != "efficientnet_lite0":
+        raise ValueError("unit_gradients: only the efficientnet_lite0 backbone is supported")
+    net = _effnet()
+    if not 0 <= layer < len(EFFNET_LAYERS):
+        raise ValueError(f"unit_gradients: layer must lie in 0..{len(EFFNET_LAYERS) - 1}")
+    wt, mt, st = (torch.as_tensor(np.asarray(a, dtype=np.float32)) for a in (w, mean, std))
+    out = []
+    for i in range(0, len(x), p.batch_size):
+        img = _images(x[i : i + p.batch_size], meta, p.image_size, IMAGENET_MEAN, IMAGENET_STD)
+        head = layer == len(net._blocks) + 1
+        with torch.no_grad():
+            h = F.relu6(net._bn0(net._conv_stem(img)))
+            for block in net._blocks[:layer]:
+                h = block(h)
+            if head:
+                h = F.relu6(net._bn1(net._conv_head(h)))
+
+        def upper(t: Any, head: bool = head) -> Any:
+            if not head:
+                for block in net._blocks[layer:]:
+                    t = block(t)
+                t = F.relu6(net._bn1(net._conv_head(t)))
+            return ((t.mean(dim=(2, 3)) - mt) / st) @ wt
+
+        out.append(pooled_gradients(upper, h))
+    return np.concatenate(out)
+
+
+def pooled_gradients(upper: Any, h: Any) -> np.ndarray:
+    """Per-image gradient of ``upper(h)`` with respect to the pooled units of ``h``.
+
+    ``h`` is a torch tensor ``(n, d, H, W)``, ``upper`` maps it to one logit per
+    image; returns ``∂z/∂u_j = Σ_p ∂z/∂h_jp``, ``(n, d)``.
+    """
+    import torch
+
+    h = h.detach().requires_grad_(True)
+    (grad,) = torch.autograd.grad(upper(h).sum(), h)
+    return np.asarray(grad.sum(dim=(2, 3)).numpy(), dtype=np.float64)
+
+
 def finetune_parts(p: DnaBackboneParams, blocks: int, seed: int) -> tuple[Any, int]:
     """A trainable copy of the last ``blocks`` MBConv blocks + head + a new logit layer.
 

@@ -69,6 +69,7 @@ class DnaStrategy(Strategy):
         learner = ctx.learner
         if not isinstance(learner, K.DnaLearner):
             raise TypeError(f"strategy dna needs learner dna, got {type(learner).__name__}")
+        self.check_learner(learner)
         replies = fed.ask(K.STATS_MESSAGE, Payload(), server_round=0)
         for pid, reason in replies.failed.items():
             log.warning("dna: client %d failed its statistics: %s", pid, reason)
@@ -99,6 +100,13 @@ class DnaStrategy(Strategy):
         ctx.recorder.metrics(self.scenario.rounds, "dna", out)
         return {f"test/{k}": v for k, v in out.items() if "/" not in k} | {
             k: v for k, v in out.items() if "/" in k}
+
+    @staticmethod
+    def check_learner(learner: K.DnaLearner) -> None:
+        """Refuse, in one line, learner options that need the images on the server."""
+        if learner.p.localisation != "statistics" or learner.p.triad != "statistics":
+            raise ValueError("strategy dna: learner.localisation and learner.triad must be "
+                             "'statistics' (the server sees statistics only, not images)")
 
     def _pooled_check(self, ctx: ServerContext, learner: K.DnaLearner, plan: K.Plan
                       ) -> dict[str, float]:
