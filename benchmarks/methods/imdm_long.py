@@ -24,7 +24,7 @@ re-run skips the seeds already stored (the key holds the schedule).
 Usage::
 
     nice -n 10 env OMP_NUM_THREADS=1 python benchmarks/methods/imdm_long.py \
-        [--seeds 0 1 2 3 4] [--start 128] [--phase-steps 1000] [--report-only]
+        [--seeds 0 1 2 3 4] [--start 128] [--phase-steps 400] [--report-only]
 """
 
 from __future__ import annotations
@@ -196,10 +196,10 @@ def main() -> None:
         "--base-steps", type=int, default=2400, help="MDLM ELBO steps (fine-tunes: 1/4)"
     )
     ap.add_argument("--start", type=int, default=128, help="teacher steps of the first phase")
-    ap.add_argument("--phase-steps", type=int, default=1000)
+    ap.add_argument("--phase-steps", type=int, default=400)
     ap.add_argument("--redi-samples", type=int, default=4000)
     ap.add_argument("--redi-gen-steps", type=int, default=128)
-    ap.add_argument("--redi-steps", type=int, default=2000)
+    ap.add_argument("--redi-steps", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=OUT / "long_cells.jsonl")
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
