@@ -209,9 +209,9 @@ def main() -> None:
         f"redi{args.redi_samples}x{args.redi_gen_steps}/{args.redi_steps}"
     )
     if not args.report_only:
-        done = {(r["schedule"], r["seed"]) for r in rows(args.out)}
         for seed in args.seeds:
-            if (schedule, seed) in done:
+            # read afresh: another process may be filling the same file
+            if (schedule, seed) in {(r["schedule"], r["seed"]) for r in rows(args.out)}:
                 continue
             log(f"cell seed {seed}, {schedule}")
             result = cell(seed, args)
