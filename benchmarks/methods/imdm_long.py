@@ -3,9 +3,9 @@
 "Infinite Mask Diffusion for Few-Step Distillation" (Yoo, Kim, Lee, Hong, ICML 2026,
 arXiv 2605.10518; official code Ugness/IMDM). On synthetic-align (V = 8, L = 6), per seed:
 
-1. MDLM (ELBO, ``--base-steps`` 1200), IMDM (MDLM weights + zero-initialised ε-MLP,
-   300 ELBO steps) and the MDLM fine-tuned 300 more steps (the budget of
-   ``imdm_experiment.py``'s ``sdtt`` part at ``--steps-scale 2``).
+1. MDLM (ELBO, ``--base-steps``, default 600), IMDM (MDLM weights + zero-initialised
+   ε-MLP, a quarter as many ELBO steps) and the MDLM fine-tuned as many more (the
+   budget of ``imdm_experiment.py``'s ``sdtt`` part at ``--steps-scale 1``).
 2. SDTT of the MDLM and IM-SDTT of the IMDM (kl-bwd, 2 teacher steps, ε fixed and
    shared with the student) from a teacher sampled with ``--start`` steps (default
    128), halving until the student takes one step: log2(start) doublings of
@@ -24,7 +24,7 @@ re-run skips the seeds already stored (the key holds the schedule).
 Usage::
 
     nice -n 10 env OMP_NUM_THREADS=1 python benchmarks/methods/imdm_long.py \
-        [--seeds 0 1 2 3 4] [--start 128] [--phase-steps 300] [--report-only]
+        [--seeds 0 1 2 3] [--start 128] [--phase-steps 150] [--report-only]
 """
 
 from __future__ import annotations
@@ -193,13 +193,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     ap.add_argument(
-        "--base-steps", type=int, default=1200, help="MDLM ELBO steps (fine-tunes: 1/4)"
+        "--base-steps", type=int, default=600, help="MDLM ELBO steps (fine-tunes: 1/4)"
     )
     ap.add_argument("--start", type=int, default=128, help="teacher steps of the first phase")
-    ap.add_argument("--phase-steps", type=int, default=300)
-    ap.add_argument("--redi-samples", type=int, default=2000)
-    ap.add_argument("--redi-gen-steps", type=int, default=64)
-    ap.add_argument("--redi-steps", type=int, default=500)
+    ap.add_argument("--phase-steps", type=int, default=150)
+    ap.add_argument("--redi-samples", type=int, default=1000)
+    ap.add_argument("--redi-gen-steps", type=int, default=32)
+    ap.add_argument("--redi-steps", type=int, default=300)
     ap.add_argument("--out", type=Path, default=OUT / "long_cells.jsonl")
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
