@@ -447,3 +447,108 @@ def test_server_side_sdtt_strategy_reports_distilled_arm() -> None:
     before, after = res["fedavg_same_rows"]["test/nll"], res["server_sdtt"]["test/nll"]
     assert math.isfinite(before) and math.isfinite(after) and before != after
     assert "test/nll" in res["federated"]
+
+
+# -- IMReDi and ε-dependence (algorithm_redi) -------------------------------------------------
+
+
+class _SignModel(torch.nn.Module):
+    """V = 2: logits ``±scale · ε_0`` (``hard``: ``±scale · sign ε_0``) at every position
+    (token 0 when ε_0 > 0); ignores x_t."""
+
+    mask_id = 2
+
+    def __init__(self, scale: float = 50.0, length: int = 3, hard: bool = False) -> None:
+        super().__init__()
+        self.scale, self.length, self.hard = scale, length, hard
+
+    def sample_eps(self, batch: int, gen: torch.Generator | None = None) -> torch.Tensor:
+        return torch.rand((batch, self.length, 4), generator=gen) * 2 - 1
+
+    def forward(self, x_t: torch.Tensor, eps: torch.Tensor | None = None) -> torch.Tensor:
+        assert eps is not None
+        e = eps[..., 0].sign() if self.hard else eps[..., 0]
+        return torch.stack([self.scale * e, -self.scale * e], dim=-1)
+
+
+def test_seeded_eps_is_a_function_of_the_seed_alone() -> None:
+    from flowerbed.methods.imdm import algorithm_redi as redi
+
+    net = _net(imdm=True)
+    a = redi.seeded_eps(net, torch.tensor([7, 3, 11]))
+    b = redi.seeded_eps(net, torch.tensor([11, 7]))
+    torch.testing.assert_close(a[0], b[1])
+    torch.testing.assert_close(a[2], b[0])
+    torch.testing.assert_close(a[1], net.sample_eps(1, torch.Generator().manual_seed(3))[0])
+    assert not torch.equal(a[0], a[1])
+
+
+def test_redi_loss_matches_a_hand_computed_weighted_cross_entropy() -> None:
+    from scipy.special import log_softmax
+
+    from flowerbed.methods.imdm import algorithm_redi as redi
+
+    model = _SignModel(scale=0.7)
+    x0 = torch.tensor([[0, 1, 1], [1, 0, 0]])
+    seeds = torch.tensor([[5], [9]])
+    t = torch.tensor([0.6, 0.9])
+    gen = torch.Generator().manual_seed(4)
+    state = gen.get_state()
+    got = float(redi.redi_loss(model, torch.cat([x0, seeds], 1), gen, t=t))
+    # the same mask draw, then the loss written out in numpy
+    keep = torch.rand(x0.shape, generator=torch.Generator().set_state(state)).numpy()
+    alpha = 1 - (1 - imdm.EPS_MIN) * t.numpy()
+    masked = keep >= alpha[:, None]
+    eps0 = np.stack([
+        (torch.rand((1, 3, 4), generator=torch.Generator().manual_seed(s)) * 2 - 1)[0, :, 0].numpy()
+        for s in (5, 9)
+    ])
+    logp = log_softmax(np.stack([0.7 * eps0, -0.7 * eps0], axis=-1), axis=-1)
+    nll = -np.take_along_axis(logp, x0.numpy()[..., None], -1)[..., 0]
+    ref = (masked * nll / t.numpy()[:, None]).sum() / x0.numel()
+    assert masked.any()
+    assert got == pytest.approx(ref, rel=1e-5)
+
+
+def test_redi_data_couple_each_sample_to_its_seed() -> None:
+    """A model that maps ε to tokens: its seeded samples are the tokens of their seed's ε,
+    so the ReDi loss with the seed's ε is ~0 and with fresh ε (ignore_seed) it is not."""
+    from flowerbed.methods.imdm import algorithm_redi as redi
+
+    model = _SignModel(scale=60.0, hard=True)
+    data = redi.redi_dataset(model, 64, 3, steps=4, seed=2, batch=25)
+    assert data.shape == (64, 4)
+    torch.testing.assert_close(data[:, -1], torch.arange(64) + 2_000_000)
+    eps0 = redi.seeded_eps(model, data[:, -1])[..., 0]
+    torch.testing.assert_close(data[:, :-1], (eps0 < 0).long())
+    again = redi.redi_dataset(model, 64, 3, steps=4, seed=2, batch=64)
+    torch.testing.assert_close(again, data)
+    t = torch.full((64,), 0.5)
+    coupled = redi.redi_loss(model, data, torch.Generator().manual_seed(0), t=t)
+    fresh = redi.redi_loss(model, data, torch.Generator().manual_seed(0), t=t, ignore_seed=True)
+    assert float(coupled) < 1e-3
+    assert float(fresh) > 1.0
+
+
+def test_eps_dependence_zero_for_mdlm_and_closed_form_for_a_sign_model() -> None:
+    from flowerbed.methods.imdm import algorithm_redi as redi
+
+    dep = redi.eps_dependence(_net(imdm=False), L, 64, torch.Generator().manual_seed(0))
+    assert dep["mi"] == pytest.approx(0, abs=1e-9)
+    assert dep["tv"] == pytest.approx(0, abs=1e-9)
+    model = _SignModel(scale=200.0, hard=True)
+    dep = redi.eps_dependence(model, 3, 400, torch.Generator().manual_seed(1))
+    eps = model.sample_eps(400, torch.Generator().manual_seed(1))[..., 0].numpy()
+    f = (eps > 0).mean(axis=0)  # share of draws giving token 0, per position
+    binary_entropy = -(f * np.log(f) + (1 - f) * np.log(1 - f))
+    assert dep["mi"] == pytest.approx(binary_entropy.mean(), rel=1e-6)
+    assert dep["tv"] == pytest.approx((2 * f * (1 - f)).mean(), rel=1e-6)
+
+
+def test_distill_reports_every_phase_to_on_phase() -> None:
+    seen: list[int] = []
+    student = _net(imdm=True)
+    data = torch.randint(0, V, (32, L), generator=torch.Generator().manual_seed(0))
+    dd.distill(student, data, 8, 2, 8, 1e-3, torch.Generator().manual_seed(0),
+               on_phase=lambda steps, s: seen.append(steps))
+    assert seen == [4, 2, 1]

@@ -444,6 +444,29 @@ def test_policy_gradient_moves_only_the_prior_head_and_constant_reward_moves_not
     )
 
 
+def test_policy_kl_is_zero_for_the_prior_and_matches_torch_distributions(rl_setup):
+    """KL(π_RL ‖ π_pre): zero for an unchanged copy; after the prior head moves, the
+    closed form summed over patches and latents equals torch.distributions' Normal KL."""
+    w, zoo, vmae = rl_setup
+    del zoo
+    assert ra.policy_kl(copy.deepcopy(vmae), vmae, w[:20], seed=3) == pytest.approx(0, abs=1e-9)
+    moved = copy.deepcopy(vmae)
+    with torch.no_grad():
+        for p in moved.prior.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    got = ra.policy_kl(moved, vmae, w[:20], seed=3)
+    mask = vmae.sample_mask(20, torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        x = ops.as_tensor(w[:20])
+        mq, lq = moved.prior_params(moved.context(x, mask))
+        mp, lp = vmae.prior_params(vmae.context(x, mask))
+        q = torch.distributions.Normal(mq.double(), (0.5 * lq.double()).exp())
+        p = torch.distributions.Normal(mp.double(), (0.5 * lp.double()).exp())
+        ref = torch.distributions.kl_divergence(q, p).sum(dim=(1, 2)).mean()
+    assert got > 0
+    assert got == pytest.approx(float(ref), rel=1e-4)
+
+
 def test_proximity_falls_monotonically_as_lambda_d_grows(rl_setup):
     """Strictly down over λ_d = 0 … 8, then flat: with batch-standardised rewards the
     reward's direction tends to that of -‖w̃ - w‖² as λ_d grows, so the distance

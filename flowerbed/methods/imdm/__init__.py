@@ -10,6 +10,9 @@ algorithm.py
 algorithm_distill.py
     SDTT / IM-SDTT few-step distillation of a masked diffusion model, and the
     training loop.
+algorithm_redi.py
+    IMReDi (rectification on reproducible seeds) and how much a denoiser's output
+    depends on ε.
 data.py
     ``synthetic_align``: IMDM's synthetic task, one uniformly random token repeated
     L times.
@@ -30,5 +33,5 @@ Documentation: ``docs/methods/imdm.md``; scenarios:
 ``scenarios/imdm/fed_sdtt_text.yaml``, ``scenarios/imdm/fedavg_server_sdtt.yaml``,
 ``scenarios/imdm/fedavg_text.yaml``, ``scenarios/imdm/synthetic_local.yaml``; tests:
 ``tests/methods/test_imdm.py``; experiments: ``benchmarks/methods/imdm_experiment.py``,
-``benchmarks/methods/imdm_speed.py``.
+``benchmarks/methods/imdm_long.py``, ``benchmarks/methods/imdm_speed.py``.
 """

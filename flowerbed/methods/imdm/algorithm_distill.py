@@ -172,11 +172,13 @@ def distill(
     teacher: torch.nn.Module | None = None,
     progress: Callable[[int, int, float], None] | None = None,
     max_phases: int | None = None,
+    on_phase: Callable[[int, torch.nn.Module], None] | None = None,
 ) -> dict[str, float]:
     """SDTT (MDLM) or IM-SDTT (IMDM) in place on ``student``; returns the last loss per phase.
 
     ``teacher`` (default: a frozen copy of ``student``) is replaced by a copy of the
-    student after every phase, as in SDTT's ``grow_dt_every``.
+    student after every phase, as in SDTT's ``grow_dt_every``. ``on_phase(steps,
+    student)`` is called after each phase with the student's step count.
     """
     teacher = copy.deepcopy(student if teacher is None else teacher).eval()
     for p in teacher.parameters():
@@ -205,4 +207,6 @@ def distill(
         teacher = copy.deepcopy(student).eval()
         for p in teacher.parameters():
             p.requires_grad_(False)
+        if on_phase is not None:
+            on_phase(n // n_teacher_steps, student)
     return out

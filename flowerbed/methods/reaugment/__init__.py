@@ -30,5 +30,5 @@ Documentation: ``docs/methods/reaugment.md``; scenarios:
 ``scenarios/reaugment/elnino.yaml``, ``scenarios/reaugment/local.yaml``,
 ``scenarios/reaugment/m3_monthly.yaml``; tests: ``tests/methods/test_reaugment.py``;
 experiments: ``benchmarks/methods/reaugment_experiment.py``,
-``benchmarks/methods/reaugment_speed.py``.
+``benchmarks/methods/reaugment_speed.py``, ``benchmarks/methods/reaugment_tuned.py``.
 """

@@ -48,7 +48,7 @@ from flowerbed.methods.reaugment.algorithm_ops import (
     seeded_model,
     train_forecaster,
 )
-from flowerbed.methods.reaugment.algorithm_vmae import VMAE, batches, pretrain_loss
+from flowerbed.methods.reaugment.algorithm_vmae import VMAE, batches, gaussian_kl, pretrain_loss
 
 Reward = Literal["target", "reduce_variance"]
 Score = Literal["variance", "gap"]
@@ -239,3 +239,20 @@ def reinforce(
         history.append(float(r.mean()))
     vmae.eval()
     return history
+
+
+@torch.no_grad()
+def policy_kl(policy: VMAE, prior: VMAE, anchors: np.ndarray, seed: int) -> float:
+    """Mean ``KL(π_policy(z | w_masked) ‖ π_prior(z | w_masked))`` over ``anchors`` (nats).
+
+    Each anchor gets one random mask (the same for both models); each model
+    encodes the masked window with its own feature encoder (RL's ``L_pre`` term
+    moves the encoder too) and the two diagonal Gaussians over every patch's
+    latent are compared in closed form, summed over patches and latent dimensions.
+    Zero when ``policy`` is ``prior``: how far the RL stage moved the augmenter.
+    """
+    w = as_tensor(anchors)
+    mask = prior.sample_mask(len(w), torch.Generator().manual_seed(seed))
+    mu_q, logvar_q = policy.prior_params(policy.context(w, mask))
+    mu_p, logvar_p = prior.prior_params(prior.context(w, mask))
+    return float(gaussian_kl(mu_q, logvar_q, mu_p, logvar_p).sum(dim=-1).mean())
