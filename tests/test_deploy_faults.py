@@ -166,6 +166,7 @@ def test_node_unavailable_reply_is_attributed_to_the_dead_nodes_partition(monkey
     for name, value in (("_task_id", 1), ("_run_id", 1), ("_node_id", SUPERLINK_NODE_ID)):
         monkeypatch.setattr(TaskIdentity, name, value, raising=False)
     fed = Federation.__new__(Federation)
+    fed.virtual = False  # one node per client, as a deployment always is
     fed.node_of = {0: 11, 1: 12, 2: 13}
     fed.pid_of = {11: 0, 12: 1, 13: 2}
     sent = []
