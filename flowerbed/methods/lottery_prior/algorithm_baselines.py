@@ -165,30 +165,7 @@ def fit_dip(
     _, h, w = shape
     gen = torch.Generator().manual_seed(seed % 2**63)
     z = torch.rand((1, input_depth, h, w), generator=gen) * 0.1
-    yt = torch.as_tensor(y, dtype=torch.float32)
-    ref = torch.as_tensor(reference, dtype=torch.float32)
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
-    best, best_iter, best_psnr = None, 0, -math.inf
-    curve: list[tuple[int, float]] = []
-    for step in range(1, iters + 1):
-        noisy = z + reg_noise * torch.randn(z.shape, generator=gen) if reg_noise else z
-        out = net(noisy)
-        loss = data_fit(out, yt, op).sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if step % track_every == 0 or step == iters:
-            with torch.no_grad():
-                psnr = float(10 * torch.log10(1 / ((out[0] - ref) ** 2).mean()))
-            curve.append((step, psnr))
-            if psnr > best_psnr:
-                best, best_iter, best_psnr = out[0].detach().clone(), step, psnr
-    with torch.no_grad():
-        final = net(z)[0]
-        final_psnr = float(10 * torch.log10(1 / ((final - ref) ** 2).mean()))
-    assert best is not None
-    return DipResult(final.numpy().astype(float), best.numpy().astype(float), best_iter,
-                     best_psnr, final_psnr, curve)
+    return _fit_fixed_input(net, z, y, op, reference, iters, lr, gen, reg_noise, track_every)
 
 
 # --------------------------------------------------------------------------- Deep Decoder
@@ -213,13 +190,30 @@ def fit_deep_decoder(
     gen = torch.Generator().manual_seed(seed % 2**63)
     shape: tuple[int, ...] = net.input_shape  # type: ignore[assignment]
     z = torch.rand(shape, generator=gen) * 0.1
+    return _fit_fixed_input(net, z, y, op, reference, iters, lr, gen, 0.0, track_every)
+
+
+def _fit_fixed_input(
+    net: nn.Module,
+    z: torch.Tensor,
+    y: np.ndarray,
+    op: Operator,
+    reference: np.ndarray,
+    iters: int,
+    lr: float,
+    gen: torch.Generator,
+    reg_noise: float,
+    track_every: int,
+) -> DipResult:
+    """Adam on ``‖y - A net(z + ε_t)‖²/m`` (``ε_t ~ N(0, reg_noise²)``, none at 0) from ``gen``."""
     yt = torch.as_tensor(y, dtype=torch.float32)
     ref = torch.as_tensor(reference, dtype=torch.float32)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     best, best_iter, best_psnr = None, 0, -math.inf
     curve: list[tuple[int, float]] = []
     for step in range(1, iters + 1):
-        out = net(z)
+        noisy = z + reg_noise * torch.randn(z.shape, generator=gen) if reg_noise else z
+        out = net(noisy)
         loss = data_fit(out, yt, op).sum()
         opt.zero_grad()
         loss.backward()
