@@ -173,10 +173,7 @@ class SupersenseParams(TextSizeParams):
     @field_validator("lexnames")
     @classmethod
     def _known(cls, names: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = sorted(set(names) - set(rd.LEXNAMES))
-        if unknown:
-            raise ValueError(f"unknown lexicographer files {unknown}; known: {rd.LEXNAMES}")
-        return names
+        return rd.known_lexnames(names)
 
 
 @register("dataset", "wordnet_supersense", params=SupersenseParams)

@@ -55,6 +55,14 @@ _POS_OF = {"n": "n", "v": "v", "a": "a", "s": "a", "r": "r",
 SINGLE_WORD = re.compile(r"[a-z]+")
 
 
+def known_lexnames(names: tuple[str, ...]) -> tuple[str, ...]:
+    """``names`` if every one is a WordNet lexicographer file, else a ValueError listing them."""
+    unknown = sorted(set(names) - set(LEXNAMES))
+    if unknown:
+        raise ValueError(f"unknown lexicographer files {unknown}; known: {LEXNAMES}")
+    return names
+
+
 def missing(dataset: str, path: Path | str, package: str, param: str) -> DataSourceError:
     """The one-line error for a file a Debian package provides."""
     return DataSourceError(

@@ -260,10 +260,7 @@ class WordCategoryParams(TextSizeParams):
     @field_validator("lexnames")
     @classmethod
     def _known(cls, names: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = sorted(set(names) - set(rd.LEXNAMES))
-        if unknown:
-            raise ValueError(f"unknown lexicographer files {unknown}; known: {rd.LEXNAMES}")
-        return names
+        return rd.known_lexnames(names)
 
 
 def word_lexfiles(wn: rd.WordNet) -> dict[str, set[str]]:
