@@ -107,6 +107,14 @@ def test_override_without_equals_is_a_clear_error():
         apply_overrides({}, ["rounds"])
 
 
+def test_override_into_a_value_names_the_key():
+    with pytest.raises(ScenarioError) as info:
+        apply_overrides(tiny_scenario(rounds=10), ["rounds.x=3"])
+    assert info.value.problems == [
+        "--set 'rounds.x=3': rounds is 10, a value, not a section; it has no key 'x'"
+    ]
+
+
 def test_digest_is_stable_and_sensitive():
     a = from_dict(tiny_scenario())
     assert a.digest() == from_dict(tiny_scenario()).digest()

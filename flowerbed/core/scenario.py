@@ -483,6 +483,7 @@ def capability_problems(scenario: ScenarioBase) -> list[str]:
 
 def checkpoint_problems(scenario: ScenarioBase) -> list[str]:
     """``checkpoint.every`` asked of a strategy that cannot save checkpoints (its class says)."""
+
     def saves(target: Any) -> bool:
         return bool(getattr(target, "checkpointing", False))
 
@@ -629,12 +630,21 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     for text in overrides:
         path, value = parse_override(text)
         node = out
-        for key in path[:-1]:
+        for depth, key in enumerate(path[:-1]):
             child = node.get(key)
             if isinstance(child, str):
                 # ``engine: inline`` / ``learner: sgd`` shorthand: keep the name.
                 child = {"name": child}
-            if not isinstance(child, dict):
+            elif child is not None and not isinstance(child, dict):
+                where = ".".join(path[: depth + 1])
+                raise ScenarioError(
+                    [
+                        f"--set {text!r}: {where} is {json.dumps(child)}, a value, not a "
+                        f"section; it has no key {path[depth + 1]!r}"
+                    ],
+                    "--set",
+                )
+            if child is None:
                 child = {}
             node[key] = child
             node = child
