@@ -445,3 +445,22 @@ def test_run_with_an_unknown_summary_name_saves_everything_and_warns(tmp_path, c
 def test_dataset_meta_is_unchanged_for_complete_tables(tmp_path):
     data = dataset("csv", path=_table(tmp_path, "csv", _frame(missing_x=0)), target="label")
     assert isinstance(data.meta, DatasetMeta) and data.meta.source.startswith("user csv file")
+
+
+def test_cli_validate_data_finds_a_partition_that_cannot_be_drawn(tmp_path, capsys):
+    scenario = tiny_scenario(partition={"name": "dirichlet", "alpha": 0.05,
+                                        "min_partition_size": 300})
+    path = _write(tmp_path, yaml.safe_dump(scenario))
+    assert main(["validate", str(path)]) == 0  # the schema alone cannot know the data
+    capsys.readouterr()
+    assert main(["validate", "--data", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "data: partition.min_partition_size=300 not met" in err
+
+
+def test_cli_validate_data_reports_the_client_sizes(tmp_path, capsys):
+    path = _write(tmp_path, yaml.safe_dump(tiny_scenario()))
+    assert main(["validate", "--data", str(path)]) == 0
+    sizes = [len(rows) for rows in federated_data(from_dict(tiny_scenario())).local_train]
+    assert f"4 clients, {min(sizes)}-{max(sizes)} training rows each" in capsys.readouterr().out

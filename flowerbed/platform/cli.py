@@ -78,10 +78,41 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(exc, file=sys.stderr)
             status = max(status, 1)
             continue
-        print(f"{path}: ok ({scenario.name}, digest {scenario.digest()})")
+        data_note = ""
+        if args.data:
+            try:
+                data_note = check_data(scenario)
+            except ScenarioError as exc:
+                print(f"{path}: {exc.problems[0]}", file=sys.stderr)
+                status = max(status, 1)
+                continue
+        print(f"{path}: ok ({scenario.name}, digest {scenario.digest()}){data_note}")
         if args.show:
             print(scenario.to_yaml())
     return status
+
+
+def check_data(scenario: Any) -> str:
+    """Build ``scenario``'s federated data; return ``", N clients, sizes a-b"``.
+
+    Raises
+    ------
+    ScenarioError
+        One line: the dataset or partition cannot be built (the message of the
+        data layer, which names the field to change).
+    """
+    from flowerbed.data.base import DataSourceError, MissingExtraError
+    from flowerbed.data.federated import federated_data
+
+    try:
+        data = federated_data(scenario)
+        sizes = [len(rows) for rows in data.local_train]
+        if not sizes:  # a lazy partition: clients are drawn on demand; build the first
+            first = len(data.client(0).y_train)
+            return f", {scenario.num_clients} clients drawn on demand (client 0: {first} rows)"
+    except (DataSourceError, MissingExtraError, ValueError) as exc:
+        raise ScenarioError([f"data: {str(exc).splitlines()[0]}"]) from None
+    return f", {len(sizes)} clients, {min(sizes)}-{max(sizes)} training rows each"
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -248,8 +279,11 @@ VALIDATE_DESCRIPTION = (
     "Check scenario files without running anything. Every problem is one line naming its "
     "YAML path (wrong type, unknown key or component, missing field, value out of range, "
     "malformed YAML), or naming the file or output folder that cannot be used. --show "
-    "prints the resolved scenario with every default spelt out. Exit status: 0 all valid, "
-    "1 a scenario is invalid, 2 a file or folder cannot be used."
+    "prints the resolved scenario with every default spelt out. --data also builds each "
+    "scenario's dataset and client partitions (as a run would, without training), so a "
+    "partition that cannot be drawn (e.g. a Dirichlet minimum size too large for the data) "
+    "is found before the run. Exit status: 0 all valid, 1 a scenario is invalid, 2 a file "
+    "or folder cannot be used."
 )
 LIST_DESCRIPTION = (
     "List the registered components of every kind, or of KIND (dataset, partition, model, "
@@ -330,6 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+")
     add_set_option(p)
     p.add_argument("--show", action="store_true", help="print the resolved scenario")
+    p.add_argument(
+        "--data", action="store_true",
+        help="also build the dataset and client partitions (slower: reads the data)",
+    )
     _COMMANDS["validate"] = cmd_validate
 
     p = sub.add_parser("list", help="list registered components", description=LIST_DESCRIPTION)
