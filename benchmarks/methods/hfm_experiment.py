@@ -399,10 +399,12 @@ def plot(groups: dict[tuple[str, str], dict[int, list[dict[str, Any]]]]) -> None
             seeds = "-".join(str(n) for n in (counts[0], counts[-1])[:len(set(counts))])
             ax.set_title(f"{dataset}, {setting} ({seeds} seeds per point)")
             ax.grid(alpha=0.3)
-        axes[0][0].legend(fontsize=8)
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        # Beside the panels, not over them: the curves fill every corner.
+        fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
         fig.tight_layout()
         IMG.mkdir(parents=True, exist_ok=True)
-        fig.savefig(IMG / "hfm_shots.png", dpi=110)
+        fig.savefig(IMG / "hfm_shots.png", dpi=110, bbox_inches="tight")
         plt.close(fig)
     traj_files = sorted(OUT.glob("traj-hierarchy-*.npz")) or sorted(OUT.glob("traj-*.npz"))
     if traj_files:
