@@ -478,7 +478,10 @@ def plot(rows: list[dict], path: Path) -> None:
             {(r["subject"], r["seed"]) for r in local if r["shots"] == k} for k in shots))
         local = [r for r in local if (r["subject"], r["seed"]) in pairs]
         tables = {k: summarise(local, target, "local", k) for k in shots}
-        for m in sorted({m for t in tables.values() for m in t}):
+        methods = sorted({m for t in tables.values() for m in t})
+        # One colour per method (the default cycle repeats after ten).
+        palette = plt.get_cmap("tab20")(np.linspace(0, 1, max(len(methods), 1)))
+        for m, colour in zip(methods, palette, strict=True):
             ks = [k for k in shots if m in tables[k]]
             ax.errorbar(
                 ks,
@@ -487,6 +490,7 @@ def plot(rows: list[dict], path: Path) -> None:
                 marker="o",
                 capsize=3,
                 label=m,
+                color=colour,
                 lw=3 if m.startswith("xtransfer") else 1,
             )
         ax.set_xticks(shots)
@@ -495,7 +499,8 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_title(f"{target}, per subject: macro-F1 vs shots\n"
                      f"({len(pairs)} (subject, seed) pair(s) run at every shot count)",
                      fontsize=10)
-        ax.legend(fontsize=6)
+        # Beside the panel: inside it the legend covers the low XTransfer curves.
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.grid(alpha=0.3)
     for ax, (target, mode, k) in zip(axes[len(curves) : n], cells, strict=True):
         sel = [r for r in rows if r["target"] == target and r["mode"] == mode and r["shots"] == k]
@@ -535,7 +540,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.grid(alpha=0.3, axis="x")
     fig.suptitle("XTransfer (black bars) vs baselines: accuracy and edge cost", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     where = Path(path).resolve()
     root = OUT.parents[1]
