@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from flowerbed.core.scenario import ScenarioError
+from flowerbed.core.scenario import ScenarioBase, ScenarioError
 
 Command = Callable[[argparse.Namespace], int]
 _COMMANDS: dict[str, Command] = {}
@@ -92,7 +92,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return status
 
 
-def check_data(scenario: Any) -> str:
+def check_data(scenario: ScenarioBase) -> str:
     """Build ``scenario``'s federated data; return ``", N clients, sizes a-b"``.
 
     Raises
