@@ -640,7 +640,9 @@ def _evidence(comp: Comparison, out: Outcome) -> str:
 def describe(comp: Comparison, against: float | None) -> str:
     """One sentence saying what is compared, on which units."""
     better = "" if comp.kind == "equivalence" else f" ({comp.direction} is better)"
-    metric = f"{comp.metric}{better}"
+    # Arms may read their own columns; then comp.metric is only a fallback nobody reads.
+    read = [arm.metric or comp.metric for arm in (comp.a, comp.b) if arm is not None]
+    metric = f"{' vs '.join(dict.fromkeys(read))}{better}"
     truths = {arm.abs_error_to for arm in (comp.a, comp.b) if arm and arm.abs_error_to}
     if truths:
         metric += f", as the absolute error against {', '.join(sorted(truths))}"
@@ -679,8 +681,12 @@ def _num(value: float | None) -> float | None:
 def run_claim(claim: Claim, method: str, rows: Rows) -> dict[str, Any]:
     """One claim's entry of ``claims.json``."""
     seed = derive_seed(0, "claims", method, claim.id)
-    power = check_power(claim.power_check, rows, seed) if claim.power_check else {
-        "description": NO_CHECK, "passed": True, "evidence": ""}
+    # A check shared by several claims draws its bootstrap from the check itself, so
+    # it prints the same interval under every claim.
+    power: dict[str, Any] = {"description": NO_CHECK, "passed": True, "evidence": ""}
+    if claim.power_check:
+        check_seed = derive_seed(0, "claims", method, "power", claim.power_check.model_dump_json())
+        power = check_power(claim.power_check, rows, check_seed)
     paper = claim.paper if isinstance(claim.paper, (int, float)) else None
     notes = [claim.notes] if claim.notes else []
     entry: dict[str, Any] = {k: None for k in KEYS}

@@ -371,3 +371,22 @@ def test_a_pattern_without_named_groups_is_one_line(tmp_path, capsys):
     rc = claims.main(["toy", "--claims-dir", str(tree[0]), "--results-dir", str(tree[1])])
     err = capsys.readouterr().err
     assert rc == 2 and "the pattern names no group" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_check_shared_by_two_claims_prints_the_same_interval(tmp_path):
+    check = {"description": "few-shot beats zero-shot",
+             "comparison": _paired("noisy", "zero_shot")}
+    claims_list = [{"id": cid, "claim": "new beats old", "comparison": _paired("new", "old"),
+                    "power_check": check} for cid in ("first", "second")]
+    tree = _write_toy(tmp_path, claims_list,
+                      {"cells.jsonl": "".join(json.dumps(r) + "\n" for r in _rows())})
+    got = _by_id(tree)
+    first, second = got["first"]["power_check"], got["second"]["power_check"]
+    assert "[" in first["evidence"] and first == second
+
+
+def test_the_comparison_names_the_columns_the_arms_read(tree):
+    got = _by_id(tree)
+    assert "; acc vs acc_ref;" in got["json-equivalence"]["comparison"]
+    assert "; tuned vs base (higher is better);" in got["keyed-rows"]["comparison"]
+    assert "; metrics.score (higher is better);" in got["holds"]["comparison"]
