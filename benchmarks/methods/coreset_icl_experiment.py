@@ -1,7 +1,7 @@
 """Coreset selection for few-shot ICL: PACS (reconstructed) vs baselines, CPU experiment.
 
 Paper: "Unsupervised Process-Aware Coreset Selection for In-Context Learning", ICML 2026
-poster 64776 (abstract only; spec methods_b.md §6). Claim checked: PACS gives better
+poster 64776 (abstract only). Claim checked: PACS gives better
 downstream ICL than state-of-the-art coreset selectors (the paper: on 7 NLP datasets),
 without the peripheral, locally redundant coresets of geometry-based selection.
 
@@ -107,7 +107,7 @@ TASKS: dict[str, tuple[dict, str, tuple[str, ...]]] = {
         (),
     ),
 }
-#: spec methods_b.md §6.4 (digits, PCA-32, kNN-vote proxy): method -> (B=18, B=50) accuracy
+#: The spec's probe (digits, PCA-32, kNN-vote proxy): method -> (B=18, B=50) accuracy
 SPEC_DIGITS = {
     "random": (0.542, 0.780),
     "kcenter": (0.654, 0.851),

@@ -1,4 +1,4 @@
-"""DNA's claims on a CPU-sized stand-in (spec methods_a §4.4; issue 31).
+"""DNA's claims on a CPU-sized stand-in (issue 31).
 
 Dou et al., "DNA: Uncovering Universal Latent Forgery Knowledge", arXiv 2601.22515.
 Claims checked: (1) a probe on the few forgery-discriminative units (FDUs) of a frozen

@@ -1,6 +1,6 @@
 """Monte-Carlo check of the FQR ensemble (pure algorithm calls, no Flower).
 
-Synthetic setting of ``scenarios/fqr/synthetic.yaml`` (spec §1.7): d = 6 AR(1)(0.5)
+Synthetic setting of ``scenarios/fqr/synthetic.yaml``: d = 6 AR(1)(0.5)
 Gaussian features, t3 noise, agents on cyclic feature windows. Per tau it reports
 the slope MSE (sum over coordinates) of the ensemble (estimated Sigma), the
 ensemble with oracle Sigma, the identity-weight ensemble, Naive-OSFL averaging and

@@ -1,4 +1,4 @@
-"""Function vectors in ICL (methods_c §4): Todd et al.'s FV and Wang et al.'s decomposition claims.
+"""Function vectors in ICL: Todd et al.'s FV and Wang et al.'s decomposition claims.
 
 Wang, Wang, Bakalova, Hahn, "How Few-Shot Examples Add Up" (ICML 2026, arXiv
 2605.16591) on top of Todd et al., "Function Vectors in Large Language Models"
@@ -67,11 +67,12 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "benchmarks" / "results" / "function_vectors"
 IMG = ROOT / "docs" / "methods" / "img"
 SEED = 0
-#: Our probe's numbers (methods_c §4, a 2-layer toy transformer; the paper states none).
+#: Our probe's numbers (a 2-layer toy transformer; the paper states none).
 SPEC = {"icl_by_shots": [0.41, 0.69, 0.91, 1.00, 1.00], "r2_trained": 0.905, "cos_trained": 0.950,
         "r2_random": 0.653, "cos_random": 0.809, "mass_unamb": 0.162, "mass_amb": 0.044,
         "fv_before1": (0.37, 0.47)}
-#: llm_feasibility §3: SmolLM2 antonyms, 10-shot first token 0.38, FV at layer 12: 0.40.
+#: The pre-implementation feasibility probe (not in this repository): SmolLM2 antonyms,
+#: 10-shot first token 0.38, FV at layer 12: 0.40.
 FEAS = {"icl": 0.38, "fv": 0.40}
 WORD_TASKS = ("antonym", "eng_fra", "plural_singular", "past_lemma")
 #: Frequency filter per word task (WordNet tag count of the input or its lemma): common
@@ -481,7 +482,7 @@ def report(res: dict[str, Any]) -> None:
                   f"{SPEC['r2_random']} / {SPEC['cos_random']} random init; FV before block 1 "
                   f"{SPEC['fv_before1'][0]} -> {SPEC['fv_before1'][1]}")
         else:
-            print(f"llm_feasibility (antonym): ICL {FEAS['icl']}, FV at layer 12 {FEAS['fv']}")
+            print(f"feasibility probe (antonym): ICL {FEAS['icl']}, FV at layer 12 {FEAS['fv']}")
         print("\nvariant B masses and QK/V hybrids (quality q: mean P(answer) of zero-shot queries"
               " with the hybrid FV; cos: cosine with the clean FV)")
         print("| task | regime | ambiguous share | mass amb | mass unamb | gap by slot |"

@@ -1,4 +1,4 @@
-"""IMDM claim experiment (spec methods_a §1.6 + issue #24), sized for 2 shared CPU cores.
+"""IMDM claim experiment (issue #24), sized for 2 shared CPU cores.
 
 "Infinite Mask Diffusion for Few-Step Distillation" (Yoo, Kim, Lee, Hong, ICML 2026,
 arXiv 2605.10518). Parts (cells appended to ``benchmarks/results/imdm/cells.jsonl``;
@@ -20,7 +20,7 @@ Usage::
     nice -n 10 env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 .venv/bin/python \
         benchmarks/methods/imdm_experiment.py [--parts onestep sdtt text] [--seeds 0 1 2 3 4] \
         [--steps-scale 1.0] [--report-only]
-        # spec §1.6a's one-step budget (3000 steps, K=64, batch 64, lr 1e-3), IMDM first:
+        # the spec's one-step budget (3000 steps, K=64, batch 64, lr 1e-3), IMDM first:
         ... --parts onestep --spec-budget --models imdm mdm --seeds 0 1 2
 """
 
@@ -91,10 +91,10 @@ def sample_stats(model, steps: int, gen, n: int = 1000) -> dict:
     return {"aligned": imdm.aligned_rate(s), "fmin": float(f.min()), "fmax": float(f.max())}
 
 
-# -- part 1: one-step mixture likelihood (spec §1.6) -----------------------------------------
+# -- part 1: one-step mixture likelihood ----------------------------------------------------
 
 
-# the budget of the cells on main (300 steps, K = 16, batch 16, lr 3e-3) and spec §1.6a's
+# the budget of the cells on main (300 steps, K = 16, batch 16, lr 3e-3) and the spec's
 # ("aligned >= 0.9 after ~3k steps with K=64"; its probe: batch 64, lr 1e-3)
 DEFAULT_BUDGET = {"k": 16, "batch": 16, "lr": 3e-3}
 SPEC_BUDGET = {"steps": 3000, "k": 64, "batch": 64, "lr": 1e-3}
@@ -322,7 +322,7 @@ def mean_sd(vals: list[float]) -> str:
 
 
 def accepted(aligned: float, fmin: float, fmax: float) -> bool:
-    """Spec §1.8.5: aligned rate > 0.9 and every token frequency x V within [0.5, 1.5]."""
+    """The spec's acceptance: aligned rate > 0.9 and every token frequency x V within [0.5, 1.5]."""
     return aligned > 0.9 and fmin >= 0.5 and fmax <= 1.5
 
 
@@ -512,7 +512,7 @@ def main() -> None:
     ap.add_argument(
         "--spec-budget",
         action="store_true",
-        help=f"one-step cells at spec §1.6a's budget {SPEC_BUDGET}",
+        help=f"one-step cells at the spec's budget {SPEC_BUDGET}",
     )
     ap.add_argument(
         "--models",

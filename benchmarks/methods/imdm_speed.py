@@ -1,4 +1,4 @@
-"""Speed of the one-step mixture objective (spec methods_a §1.6) on synthetic-align, one process.
+"""Speed of the one-step mixture objective on synthetic-align, one process.
 
 "Infinite Mask Diffusion for Few-Step Distillation" (Yoo, Kim, Lee, Hong, ICML 2026,
 arXiv 2605.10518). Times a few Adam steps of ``imdm_experiment.cell_onestep``'s training

@@ -1,9 +1,9 @@
-"""Lottery Prior's small CPU experiment (spec methods_a §3.4; issue 32).
+"""Lottery Prior's small CPU experiment (issue 32).
 
 Wu, You, Dragotti, Gündüz, "Lottery Prior: Randomized Neural Compression for
-Zero-Shot Inverse Problems", ICML 2026. The paper's numbers were not retrievable
-(spec §3.1), so the reference column is the paper's two qualitative claims and the
-spec's probe (§3.4a, camera 64x64, sigma = 25): the S = 4 ensemble beats its mean member
+Zero-Shot Inverse Problems", ICML 2026. The paper's numbers were not retrievable,
+so the reference column is the paper's two qualitative claims and the
+spec's probe (camera 64x64, sigma = 25): the S = 4 ensemble beats its mean member
 (+1.7 dB in the probe) and λ_R > 0 beats λ_R = 0 at convergence (+0.65 dB).
 
 What runs (per picture x task x seed): Lottery Prior (S = 4, λ_R by the discrepancy

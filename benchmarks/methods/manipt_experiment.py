@@ -34,7 +34,7 @@ SCEN = Path("scenarios/manipt")
 METHODS = ("coop", "kgcoop", "maple", "manipt")
 LABEL = {"zero_shot": "zero-shot", "coop": "CoOp", "kgcoop": "KgCoOp",
          "maple": "MaPLe-style", "manipt": "ManiPT"}
-#: Spec §3.3: base / novel / HM averaged over 11 datasets (prior papers; ManiPT's unknown).
+#: The spec's table: base / novel / HM averaged over 11 datasets (prior papers; ManiPT's unknown).
 PAPER = {"zero_shot": (69.34, 74.22, 71.70), "coop": (82.69, 63.22, 71.66),
          "kgcoop": (80.73, 73.60, 77.00), "maple": (82.28, 75.14, 78.55),
          "manipt": (None, None, None)}

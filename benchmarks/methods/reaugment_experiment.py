@@ -1,4 +1,4 @@
-"""ReAugment claim experiment (spec methods_a §2.4, issue 33): few-shot forecasting table.
+"""ReAugment claim experiment (issue 33): few-shot forecasting table.
 
 Yuan et al., "ReAugment: Model Zoo-Guided RL for Few-Shot Time Series Augmentation
 and Forecasting", arXiv 2409.06282. Claim: augmenting the windows a zoo of
@@ -42,10 +42,11 @@ FAMILIES = ("dlinear", "forecast_mlp", "patchtst", "gru_forecaster")
 LOCAL_ARMS = ARMS
 FED_ARMS = ("none", "jitter", "freq_mask", "vmae", "rl_random", "reaugment", "reaugment_v1")
 METHODS = ("reaugment", "reaugment_v1")
-#: The paper's numbers: its tables were not readable here (spec §2.1), only the claim.
+#: The paper's numbers: its tables were not readable here, only the claim.
 PAPER = (
-    "tables not retrieved; claim (spec methods_a §2.4): ReAugment <= VMAE-random <= none "
-    "in test MSE at 5-10 % of the training windows, the gap shrinking at 100 %"
+    "tables not retrieved; claim (the spec's reading of the abstracts): ReAugment <= "
+    "VMAE-random <= none in test MSE at 5-10 % of the training windows, the gap shrinking "
+    "at 100 %"
 )
 
 

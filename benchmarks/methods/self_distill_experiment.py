@@ -1,4 +1,4 @@
-"""Small CPU experiment for optimal self-distillation in ridge (spec methods_b §5.4).
+"""Small CPU experiment for optimal self-distillation in ridge.
 
 Dang, Patil, Rinaldo, "Optimal Unconstrained Self-Distillation in Ridge Regression",
 arXiv 2602.17565. Claims checked: (1) the optimally mixed student's risk is strictly

@@ -1,4 +1,4 @@
-"""Base-reasoning disagreement and one-token intervention: the claim on trained pairs (§2).
+"""Base-reasoning disagreement and one-token intervention: the claim on trained pairs.
 
 Shen et al., "Reasoning Can Be Restored by Correcting a Few Decision Tokens"
 (ICML 2026, arXiv 2605.16874). Paper (Qwen3-0.6B): salient disagreement on
@@ -15,7 +15,7 @@ sharing the byte tokenizer):
 - ``arith``: 3-digit addition word problems; base trained on answer-only traces
   with 40 % chain-of-thought traces mixed in, reasoner = that base fine-tuned on
   chain-of-thought traces;
-- ``carry``: the setup ``llm_feasibility.md`` §5 measured: 3-digit addition
+- ``carry``: the setup the pre-implementation feasibility probe measured: 3-digit addition
   on a 16-symbol vocabulary, per-column chain of thought with explicit carries
   then the answer; base trained on traces whose carry decisions are coin flips,
   reasoner = the base fine-tuned on correct traces (d=64, 3 layers, B=64,
@@ -52,7 +52,8 @@ import numpy as np
 OUT = Path(__file__).resolve().parents[1] / "results" / "token_intervention"
 ARITH = {"task": "arith", "base_steps": 400, "reasoner_steps": 150, "sloppy_steps": 0,
          "reasoner_init": "base", "base_cot_share": 0.4, "batch_size": 32, "lr": 2e-3}
-# llm_feasibility.md §5: d=64, 3 layers, B=64, 600 base steps, +150 reasoner steps
+# the feasibility probe's setup (not in this repository): d=64, 3 layers, B=64,
+# 600 base steps, +150 reasoner steps
 CARRY = {"task": "carry", "hidden": 64, "layers": 3, "heads": 4, "base_steps": 600,
          "reasoner_steps": 150, "sloppy_steps": 0, "reasoner_init": "base", "batch_size": 64}
 PAIRS: dict[str, dict[str, Any]] = {
@@ -308,7 +309,7 @@ def report(cells: list[dict[str, Any]], out: Path) -> str:
                  "1.000 (18.2%) | 0.333 (18.2%) |")
     lines.append("| spec toy (sloppy R), spec's numbers | 0.233 | 0.887 | 0.797 (9.7%) | "
                  "0.827 (18%) | 0.723 (18%) | 1.000 (18.2%) | 0.293 |")
-    lines.append("| spec carry (llm_feasibility §5), spec's numbers | 0.24 | 0.59 | - | "
+    lines.append("| feasibility probe (carry), probe's numbers | 0.24 | 0.59 | - | "
                  "0.40 (7.6%) | - | - | 0.24 (6.5%, same budget) |")
     for pair in PAIRS:
         if f"{pair}/base" not in c:
@@ -323,7 +324,8 @@ def report(cells: list[dict[str, Any]], out: Path) -> str:
     extra = [(pair, name) for pair, spec in PAIRS.items()
              for name in spec.get("extra_fixed", {}) if f"{pair}/fixed/{name}" in c]
     if extra:
-        lines += ["", "More fixed thresholds (spec carry, JS tau=0.1 b1: 0.347 (4.0%)):", ""]
+        lines += ["", "More fixed thresholds (feasibility probe (carry), JS tau=0.1 b1: "
+                  "0.347 (4.0%)):", ""]
         lines += [f"- {pair}, {name}: {c[f'{pair}/fixed/{name}']['accuracy']:.3f} "
                   f"({100 * c[f'{pair}/fixed/{name}']['rate']:.1f}%)" for pair, name in extra]
     lines += ["", "Accuracy at a calibrated reasoner share (realised share on the test "
@@ -350,7 +352,7 @@ def report(cells: list[dict[str, Any]], out: Path) -> str:
               "planning enrichment | JS mass on planning tokens (mean JS there vs elsewhere) | "
               "corr(JS, H_B) Pearson / Spearman |", "|---" * 6 + "|",
               "| paper (Qwen3-0.6B) | ~8 % | early | 17x | - | high |",
-              "| spec carry (llm_feasibility §5) | - | - | - | 85 % (13 % of tokens; "
+              "| feasibility probe (carry) | - | - | - | 85 % (13 % of tokens; "
               "0.130 vs 0.003) | - |"]
     for pair in PAIRS:
         for source in ("base", "reasoner"):

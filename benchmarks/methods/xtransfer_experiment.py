@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "xtransfer"
-#: Third-party reported XTransfer accuracy on HHAR (wizwand; unverified, spec §2.3).
+#: Third-party reported XTransfer accuracy on HHAR (wizwand; unverified).
 PAPER = {"HHAR 5-shot": 74.3, "HHAR 10-shot": 80.7}
 BASELINES = ("scratch_cnn", "stats_logreg", "linear_probe", "finetune")
 #: Revision of the XTransfer arm an episode was computed with. 2: the repair restores

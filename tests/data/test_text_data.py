@@ -1,8 +1,8 @@
 """Offline text datasets: parsing facts from the real Debian files, sampling, partitions, errors.
 
-The reference numbers come from ``shared/specs/llm_feasibility.md`` §2, measured
-independently on the same packages (wordnet-base 1:3.0-37, fortunes
-1:1.99.1-7.3, dict-freedict-eng-fra 2022.04.21-1). ``scripts/setup.sh``
+The reference numbers come from a feasibility measurement made before this implementation
+(not in this repository), measured independently on the same packages (wordnet-base
+1:3.0-37, fortunes 1:1.99.1-7.3, dict-freedict-eng-fra 2022.04.21-1). ``scripts/setup.sh``
 installs them; without them the tests that read them skip.
 """
 

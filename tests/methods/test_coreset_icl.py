@@ -1,4 +1,4 @@
-"""Coreset selection for few-shot ICL: PACS (reconstructed) and its baselines (spec §6.7).
+"""Coreset selection for few-shot ICL: PACS (reconstructed) and its baselines.
 
 References are independent of the code under test: brute-force kNN, density, kernel
 and objective written here from the definitions; ports of the SubSA reference code
@@ -66,7 +66,7 @@ def _f(sel, rho, kern, a, lam=1.0):
     return (1 - a) * rho[sel].sum() - a * lam * pairs
 
 
-# --- §6.7 (1): exactly B unique indices, deterministic -----------------------------------
+# --- spec test (1): exactly B unique indices, deterministic ------------------------------
 
 
 def _confidence(n):
@@ -85,7 +85,7 @@ def test_every_selector_returns_b_unique_indices_deterministically(name):
     assert np.array_equal(a, b)
 
 
-# --- §6.7 (2): no outlier for PACS on the two-cluster toy; k-center takes one -----------
+# --- spec test (2): no outlier for PACS on the two-cluster toy; k-center takes one ------
 
 
 def _two_clusters():
@@ -106,7 +106,7 @@ def test_pacs_takes_no_outlier_where_kcenter_takes_one(name):
         assert set(cb.select("kcenter", x, 4, seed=seed).tolist()) & outliers
 
 
-# --- §6.7 (3)-(5): gains, submodularity, degenerate cases --------------------------------
+# --- spec tests (3)-(5): gains, submodularity, degenerate cases --------------------------
 
 
 @pytest.mark.parametrize("support", ["budget", "knn", "full"])

@@ -4,7 +4,7 @@ References are independent of the code under test: ``kneed`` (Kneedle), scipy's
 ``f_oneway`` and ``jensenshannon``, numerical integration (Hellinger), scikit-learn's
 ``LogisticRegression`` and ``roc_auc_score``, raw-data recomputation (jackknife,
 partial η²), the EfficientNet module's own ``features`` and open_clip's own
-``encode_image``. Spec §4.6 properties: knee on a curve with a known elbow, triadic
+``encode_image``. The spec's properties: knee on a curve with a known elbow, triadic
 ranking on synthetic units, federated = pooled statistics, the detector ignores
 non-FDU units.
 """
@@ -63,7 +63,7 @@ def test_kneedle_agrees_with_kneed():
     curves = [np.sort(gen.exponential(size=n))[::-1] for n in (10, 60, 300)]
     curves += [np.sort(gen.pareto(2.0, size=80))[::-1], np.sort(gen.random(40) ** 4)[::-1]]
     # A plateau before the decay is not convex: Kneedle (and kneed) put the elbow at 0,
-    # not at the end of the plateau (spec §4.6 expected 20 here).
+    # not at the end of the plateau (the spec expected 20 here).
     curves.append(np.concatenate([np.ones(20), np.exp(np.linspace(np.log(0.9), np.log(0.01),
                                                                   80))]))
     for y in curves:

@@ -1,4 +1,4 @@
-"""Function vectors and their decomposition (methods_c §4; Todd et al. 2024, Wang et al. 2026).
+"""Function vectors and their decomposition (Todd et al. 2024, Wang et al. 2026).
 
 References are independent of the code under test: planted weights and
 scikit-learn's least squares for the fits, a Monte Carlo average for the chance

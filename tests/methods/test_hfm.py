@@ -3,7 +3,7 @@
 References are independent of the code under test: closed-form hyperbolic
 distances and maps written out here in numpy, geoopt's Lorentz manifold where it
 is installed, finite differences and torch autograd for derivatives, and oracle
-velocity fields whose flow is known analytically (spec §5.6).
+velocity fields whose flow is known analytically.
 """
 
 from __future__ import annotations

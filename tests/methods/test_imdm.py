@@ -1,4 +1,4 @@
-"""IMDM / MDLM maths (spec methods_a §1.8) on tiny vocabularies, against closed forms."""
+"""IMDM / MDLM maths on tiny vocabularies, against closed forms."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ explicit inner products (adjoints), a direct Keys cubic interpolation, numpy's
 argsort (top-k), autograd through a hand-written loss (straight-through), the
 Jensen inequality, and scipy's softmax. The claims the paper stands on (ensemble
 gain, rate regularisation) are measured in ``benchmarks/methods/lottery_prior_experiment.py``;
-here only their mechanics on tiny inputs (spec methods_a §3.6).
+here only their mechanics on tiny inputs.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """ReAugment (Yuan et al., arXiv 2409.06282): zoo, anchors, reward, REINFORCE, data, federation.
 
-Spec methods_a §2.6 properties: out-of-fold correctness, anchor enrichment on a
+The spec's properties: out-of-fold correctness, anchor enrichment on a
 synthetic set with a known 30 % regime shift, no gradient through the forecasters,
 REINFORCE improves a fixed reward (and moves only the prior head by the policy
 gradient), proximity monotone in λ_d. References are independent: hand computations,

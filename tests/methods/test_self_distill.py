@@ -3,7 +3,7 @@
 Closed forms are checked against independent references (scikit-learn ``Ridge``, an
 explicit least-squares solve of the SD objective, a fine grid search of the exact
 risk under the known covariance, explicit hat-matrix GCV, Monte Carlo). The one-shot
-tuner and the proportional-asymptotics formulas are RECONSTRUCTED (spec §5.3) or our
+tuner and the proportional-asymptotics formulas are RECONSTRUCTED or our
 own derivation, and are tested for what they must deliver, not against themselves.
 """
 
@@ -148,7 +148,7 @@ def large_sample():
 
 @pytest.mark.parametrize("lam", [0.1, 3.0])
 def test_one_shot_xi_within_10pct_of_grid_searched_risk_minimiser(lam, large_sample):
-    """Issue 11 criterion at n=2000, p=1000 (spec §5.6 test 8 is the looser version)."""
+    """Issue 11 criterion at n=2000, p=1000 (the spec's test 8 is the looser version)."""
     fit, beta, cov = large_sample
     teacher, dbeta = sd.teacher_coef(fit, lam), lam * sd.derivative_coef(fit, lam)
     grid = np.linspace(-6, 6, 12001)

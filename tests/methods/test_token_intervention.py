@@ -1,4 +1,4 @@
-"""Base-reasoning disagreement and one-token intervention (methods_c §2; Shen et al. 2026).
+"""Base-reasoning disagreement and one-token intervention (Shen et al. 2026).
 
 References are independent of the code under test: scipy's ``jensenshannon``
 and ``entropy`` for the scores, hand computations for the thresholds and the
@@ -378,7 +378,7 @@ def test_federated_split_reports_traffic_consistent_with_its_protocol():
     assert fed["test/js/calls_per_response"] >= 2
 
 
-# --- the carry pair (llm_feasibility.md §5) --------------------------------------------------
+# --- the carry pair (the feasibility probe's setup) ------------------------------------------
 
 
 def _true_carry_into(a: int, b: int, col: int) -> bool:

@@ -1,12 +1,11 @@
 """PACS: progress-aware coreset selection for few-shot in-context learning (reconstructed).
 
 Paper: "Unsupervised Process-Aware Coreset Selection for In-Context Learning",
-ICML 2026 poster 64776 (no arXiv, no code). Only the abstract could be read
-(spec ``methods_b.md`` §6.1): a submodular objective joining representativeness
-by *local density* with a *redundancy penalty relative to the evolving selected
-set*, balanced *progress-aware*. The formulas below are our reconstruction
-(§6.3), built on the framework of vote-k / IDEAL / Sub-SA (embed the unlabelled
-pool, select ``B`` to annotate, retrieve demonstrations per query):
+ICML 2026 poster 64776 (no arXiv, no code). Only the abstract could be read: a
+submodular objective joining representativeness by *local density* with a *redundancy
+penalty relative to the evolving selected set*, balanced *progress-aware*. The formulas
+below are our reconstruction, built on the framework of vote-k / IDEAL / Sub-SA (embed
+the unlabelled pool, select ``B`` to annotate, retrieve demonstrations per query):
 
 - unit-norm embeddings ``e_i``, cosine ``S_ij = e_i . e_j``;
 - local density ``rho_i = (1/k) sum_{j in kNN(i)} S_ij``, min-max normalised
@@ -65,11 +64,11 @@ import numpy as np
 Schedule = Literal["progress", "fixed"]
 KernelSupport = Literal["budget", "knn", "full"]
 
-#: Defaults of the reconstruction (spec §6.3).
+#: Defaults of the reconstruction.
 DENSITY_K = 20
 LAMBDA = 1.0
 FIXED_A = 0.5
-#: Share of the pool called "peripheral": the lowest local densities (spec §6.4).
+#: Share of the pool called "peripheral": the lowest local densities.
 PERIPHERAL_SHARE = 0.1
 #: Cosines within this of a neighbour threshold count as reaching it (float32 rounding).
 THRESHOLD_SLACK = 1e-6

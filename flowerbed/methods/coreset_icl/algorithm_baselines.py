@@ -1,6 +1,6 @@
 """Coreset baselines for few-shot ICL, each from its own definition, and one dispatcher.
 
-Definitions (spec ``methods_b.md`` §6.2, read in ``JamesQian11/SubSA/core_method.py``
+Definitions (read in ``JamesQian11/SubSA/core_method.py``
 and ``methods_utils/``; our own implementations, checked against ports of those
 lines in ``tests/methods/test_coreset_icl.py``):
 

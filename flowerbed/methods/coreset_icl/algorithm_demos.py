@@ -1,6 +1,6 @@
 """What a coreset is judged by: its peripheral share and redundancy, and per-query demos.
 
-Companions of :mod:`flowerbed.methods.coreset_icl.algorithm` (spec ``methods_b.md`` §6.4):
+Companions of :mod:`flowerbed.methods.coreset_icl.algorithm`:
 the *peripheral* share of a selected set (how much of it lies in the pool's 10%
 lowest local densities), its *redundancy* (mean cosine of each selected point to
 its most similar selected neighbour), the demonstrations a query gets from an

@@ -1,7 +1,7 @@
 """Three offline text-classification tasks for coreset ICL, built from WordNet (Debian wordnet-*).
 
-- ``negation_sentiment``: an SST-2-like templated corpus (spec ``methods_b.md``
-  §6.4): ``the soup was not very pleasant overall`` -> positive/negative. The
+- ``negation_sentiment``: an SST-2-like templated corpus:
+  ``the soup was not very pleasant overall`` -> positive/negative. The
   polarity lexicon is two short seed lists of common adjectives, each extended
   by the WordNet antonyms of its words' senses (``pleasant -> unpleasant``),
   words on both sides dropped. Subjects are WordNet nouns from four domains

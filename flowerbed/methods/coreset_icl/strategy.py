@@ -1,6 +1,6 @@
 """Strategy ``coreset_icl``: a global demonstration bank from locally selected coresets.
 
-Federated mapping of PACS (spec ``methods_b.md`` §6.6): every client holds an
+Federated mapping of PACS: every client holds an
 unlabelled pool and its equal share ``B_i`` of the global annotation budget
 ``B``. Round 1 (``query.coreset``): each client runs the selector on its own
 embeddings and uploads the selected rows' (embedding, text, label); the server

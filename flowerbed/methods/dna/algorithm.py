@@ -2,7 +2,7 @@
 
 "DNA: Uncovering Universal Latent Forgery Knowledge" (2026). Only the abstract and
 third-party summaries could be read: the pipeline below is the paper's, the formulas
-are reconstructed (spec ``methods_a.md`` §4.2; choices argued in ``docs/methods/dna.md``).
+are reconstructed (choices argued in ``docs/methods/dna.md``).
 
 1. **Layer localisation.** Per layer: the activation-distribution shift between real
    and fake images (mean over units of the squared Hellinger distance of the two

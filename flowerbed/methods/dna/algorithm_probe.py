@@ -4,7 +4,7 @@ The probe reads only the selected units of the chosen layer, standardised with t
 pooled mean and standard deviation (:func:`flowerbed.methods.dna.algorithm.standardisation`,
 so a federation standardises exactly as the pooled data would), and is L2-regularised
 logistic regression with scikit-learn's objective ``C Σ log-loss + ½‖w‖²``
-(spec §4.2: C = 1). :func:`fit_logistic` warm-starts from given weights and stops
+(the spec's C = 1). :func:`fit_logistic` warm-starts from given weights and stops
 after ``max_iter`` L-BFGS iterations, which is one client's local step under FedAvg.
 :func:`finetune_tail` is the fine-tuning baseline: the last blocks of the backbone
 plus a new linear layer, trained on the same shots.

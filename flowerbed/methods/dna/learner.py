@@ -46,7 +46,7 @@ Triad = Literal["statistics", "attribution"]
 
 
 class DnaParams(Params):
-    """Backbone, scoring and truncation settings, probe, comparison arms (spec §4.2 defaults)."""
+    """Backbone, scoring and truncation settings, probe, comparison arms (the spec's defaults)."""
 
     backbone: DnaBackboneParams = DnaBackboneParams()
     layers: tuple[str, ...] | None = Field(

@@ -2,7 +2,7 @@
 
 "One-shot weighted-ensemble estimator for Federated Quantile Regression under
 heterogeneously structured features" (ICML 2026; OpenReview 8dWiSr6G4q), as
-reconstructed in ``docs/methods/fqr.md`` §1.2-1.4. Agent ``m`` observes
+reconstructed in ``docs/methods/fqr.md``. Agent ``m`` observes
 columns ``S_m``; under a Gaussian design its local QR slope estimates
 ``gamma_m = T_m beta`` with ``T_m = Sigma_{S S}^-1 Sigma_{S, :}``. The server pools
 ``Sigma`` from the agents' covariances, then solves the weighted least squares
@@ -11,7 +11,7 @@ Loewner-minimum covariance ``(sum T' V^-1 T)^-1``.
 
 Beyond the reference recipe: :func:`sigma_noise_cov` adds the first-order variance that the
 estimated ``Sigma`` contributes through ``T_m`` (the reference recipe's plug-in ignores it and
-under-covers, §1.7). Pure numpy: no Flower, no Ray.
+under-covers). Pure numpy: no Flower, no Ray.
 """
 
 from __future__ import annotations

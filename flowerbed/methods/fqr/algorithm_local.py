@@ -1,7 +1,7 @@
 """FQR client side: exact linear quantile regression and its asymptotic covariance.
 
 Local step of the one-shot federated quantile-regression ensemble ("FQR", ICML 2026;
-OpenReview 8dWiSr6G4q), as reconstructed in ``docs/methods/fqr.md`` §1.3:
+OpenReview 8dWiSr6G4q), as reconstructed in ``docs/methods/fqr.md``:
 each agent fits linear QR (Koenker & Bassett, 1978) on its own feature columns at
 every quantile level, estimates the residual density at zero (Siddiqui difference
 quotient with the Hall & Sheather (1988) bandwidth; the reference recipe's Gaussian kernel is an

@@ -9,7 +9,7 @@ Model (location-scale, Koenker 2005 §2.6): ``x ~ N(0, Sigma)`` with
 
 with ``q_tau = F_eps^-1(tau)``: :func:`true_quantile_coefficients`. ``h = 0`` (the
 default) is the homoscedastic model the FQR ensemble's identity needs
-(``docs/methods/fqr.md`` §1.2, §1.8); with ``h != 0`` the scale is floored
+(``docs/methods/fqr.md``); with ``h != 0`` the scale is floored
 at ``1e-3 noise_scale``, which breaks linearity only where ``1 + x'h < 1e-3``
 (probability :func:`nonlinear_mass`, ~3e-7 for ``hetero=0.2`` on one unit feature).
 """

@@ -6,7 +6,7 @@ oracle QR (all rows, all features), Naive-OSFL averaging, each client alone, the
 identity-weight ensemble, and an iterative FedAvg on the smoothed pinball loss with
 the bytes it needs to match FQR's test pinball loss.
 
-Evaluation: slopes alone carry no usable intercept (spec §1.4.6), so every method's
+Evaluation: slopes alone carry no usable intercept, so every method's
 intercept is the tau-quantile of ``y - x'slope`` on a seeded calibration half of the
 server's test split, and pinball losses are measured on the other half.
 """

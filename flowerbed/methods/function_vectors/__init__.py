@@ -10,23 +10,21 @@ algorithm.py
     Function vectors and their additive decomposition (Todd et al. 2024; Wang et al.
     2026).
 algorithm_decomp.py
-    Function vectors split by demonstration: variant B and the QK-vs-V hybrids
-    (methods_c §4).
+    Function vectors split by demonstration: variant B and the QK-vs-V hybrids.
 data.py
-    Tasks for the function-vector analysis (methods_c §4): synthetic permutations
-    and word pairs.
+    Tasks for the function-vector analysis: synthetic permutations and
+    word pairs.
 model.py
     Function vectors on a :class:`~flowerbed.models.lm.CausalLM`: prompts,
     activations, patching.
 model_task.py
-    One task's function-vector analysis on a language model (methods_c §4), end to
-    end.
+    One task's function-vector analysis on a language model, end to end.
 model_toy.py
-    ``fv_toy``: a tiny GPT-2 trained on synthetic permutation ICL tasks (methods_c
-    §4 probe).
+    ``fv_toy``: a tiny GPT-2 trained on synthetic permutation ICL tasks (the
+    spec's probe).
 learner.py
     Learner ``function_vectors``: one ICL task's function vectors on a client's
-    pairs (§4).
+    pairs.
 strategy.py
     Strategy ``fv_decomposition``: the global function vector as a mix of client
     FVs.

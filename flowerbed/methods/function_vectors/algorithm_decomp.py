@@ -1,4 +1,4 @@
-"""Function vectors split by demonstration: variant B and the QK-vs-V hybrids (methods_c §4).
+"""Function vectors split by demonstration: variant B and the QK-vs-V hybrids.
 
 For one prompt and the FV heads ``A`` (``a = 1..|A|``), at the final token:
 ``alpha[a, k]`` is head ``a``'s attention probability on key position ``k``,

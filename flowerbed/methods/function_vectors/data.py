@@ -1,4 +1,4 @@
-"""Tasks for the function-vector analysis (methods_c §4): synthetic permutations and word pairs.
+"""Tasks for the function-vector analysis: synthetic permutations and word pairs.
 
 Two kinds of in-context task, both as ``(input, acceptable outputs)`` pairs:
 

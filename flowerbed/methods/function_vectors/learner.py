@@ -1,4 +1,4 @@
-"""Learner ``function_vectors``: one ICL task's function vectors on a client's pairs (§4).
+"""Learner ``function_vectors``: one ICL task's function vectors on a client's pairs.
 
 Todd et al. (ICLR 2024, arXiv 2310.15213) and Wang et al. (ICML 2026, arXiv
 2605.16591); the maths is in :mod:`flowerbed.methods.function_vectors.algorithm` and

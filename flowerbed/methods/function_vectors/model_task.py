@@ -1,4 +1,4 @@
-"""One task's function-vector analysis on a language model (methods_c §4), end to end.
+"""One task's function-vector analysis on a language model, end to end.
 
 :func:`find_heads` runs Todd et al.'s recipe (mean head activations over clean
 n-shot prompts; average indirect effect of every head on shuffled-label

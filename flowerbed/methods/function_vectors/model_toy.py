@@ -1,4 +1,4 @@
-"""``fv_toy``: a tiny GPT-2 trained on synthetic permutation ICL tasks (methods_c §4 probe).
+"""``fv_toy``: a tiny GPT-2 trained on synthetic permutation ICL tasks (the spec's probe).
 
 The spec's mechanism test for function vectors: 16 symbols, 6 tasks (each a
 permutation, in 3 pairs agreeing on 8 inputs, so those demonstrations are

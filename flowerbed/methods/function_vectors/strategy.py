@@ -1,7 +1,7 @@
 """Strategy ``fv_decomposition``: the global function vector as a mix of client FVs.
 
 The client-level analogue of Wang et al.'s claim (ICML 2026, arXiv 2605.16591;
-methods_c §4, "flowerbed mapping"): clients play the demonstrations. Protocol:
+the spec's "flowerbed mapping"): clients play the demonstrations. Protocol:
 
 1. ``query.fv_aie`` (skipped when the learner fixes ``heads``): every client
    scans the heads on its own pairs; the server averages the indirect effects

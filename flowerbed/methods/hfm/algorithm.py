@@ -10,7 +10,7 @@ steps of 0.1, then the nearest class text feature.
 
 HFM (Li et al., ICML 2026) moves the transport onto the Lorentz manifold
 (:mod:`flowerbed.methods.hfm.algorithm_lorentz`); only its abstract is public, so the
-formulas below are the reconstruction of the spec (shared/specs/methods_a.md §5.3):
+formulas below are the reconstruction of the spec:
 
 1. *centripetal embedding*: roots ``r_c = exp_o(rho_T t_c)``, leaves
    ``x = exp_o(rho_I f)`` with ``rho_I > rho_T`` (unit features ``t_c``, ``f``);

@@ -1,7 +1,7 @@
 """HFM's controlled set: hierarchical "image" features with a knob for path entanglement.
 
 ``supers`` super-classes of ``per_super`` classes each (5 x 10 by default, the
-spec's hierarchical mixture, shared/specs/methods_a.md §5.4). Super-class
+spec's hierarchical mixture). Super-class
 centres ``s_k`` are seeded unit vectors; class centres
 ``u_c = normalise(s_k + sibling * g_c)`` with ``g_c ~ N(0, I/dim)``, so
 ``sibling`` sets how far apart the classes of one super-class are: small values

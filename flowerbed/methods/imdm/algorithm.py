@@ -112,7 +112,7 @@ def elbo_loss(
 def one_step_mixture_nll(
     model: Denoiser, x: torch.Tensor, draws: int, gen: torch.Generator | None = None
 ) -> torch.Tensor:
-    """RECONSTRUCTED one-step objective (spec §1.6): ``-log (1/K) Σ_k Π_i p_θ(x^i | m, ε_k)``.
+    """RECONSTRUCTED one-step objective: ``-log (1/K) Σ_k Π_i p_θ(x^i | m, ε_k)``.
 
     All positions masked (t = 1). For MDLM (ε ignored) it is plain per-token
     cross-entropy, whose optimum is the product of marginals; for IMDM it is an

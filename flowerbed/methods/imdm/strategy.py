@@ -1,7 +1,7 @@
 """``imdm_fedavg_distill``: FedAvg of an IMDM/MDLM denoiser, then server-side SDTT on a proxy set.
 
-Method: "Infinite Mask Diffusion for Few-Step Distillation" (arXiv 2605.10518); spec
-methods_a §1.7: few-step distillation (IM-SDTT / SDTT) needs only the model and some
+Method: "Infinite Mask Diffusion for Few-Step Distillation" (arXiv 2605.10518);
+few-step distillation (IM-SDTT / SDTT) needs only the model and some
 ``x_t`` built from data, so the server can run it on the global model after federated
 training, on a proxy set it holds. Here the proxy set is the first ``proxy_fraction`` of
 the server's test rows; the distilled model and the FedAvg model are both scored on the

@@ -6,7 +6,7 @@ runs the same towers with learnable prompts: CoOp context vectors (initialised
 to spell "a photo of a") and, in the multimodal methods, visual prompt tokens
 made from the context by a MaPLe coupling ``v_j = W ctx_j + b`` (``W, b``
 initialised to zero, so the prompted branch starts equal to the frozen one).
-ManiPT's objective (spec ``methods_b.md`` §3.2; the paper's equations were not
+ManiPT's objective (the paper's equations were not
 reachable, this is the reconstruction):
 
     t_c = Norm(t0_c + alpha t^p_c),   f = Norm(f0 + alpha f^p)     (incremental bias)

@@ -23,8 +23,7 @@ learner.py
     ReAugment client: zoo-guided RL augmentation of few-shot forecasting windows
     (arXiv 2409.06282).
 strategy.py
-    ReAugment with a federated zoo (arXiv 2409.06282; spec ``methods_a.md`` §2.5,
-    RECONSTRUCTED).
+    ReAugment with a federated zoo (arXiv 2409.06282; RECONSTRUCTED).
 
 Documentation: ``docs/methods/reaugment.md``; scenarios:
 ``scenarios/reaugment/elnino.yaml``, ``scenarios/reaugment/local.yaml``,

@@ -2,8 +2,8 @@
 
 Paper: Yuan, Wang, Chen, Wang, Yang, "ReAugment: Model Zoo-Guided RL for Few-Shot
 Time Series Augmentation and Forecasting", arXiv 2409.06282 (ICML 2026). No code
-was public and only abstracts and summaries could be read (spec ``methods_a.md``
-§2): the structure is STATED, the reward and every size are RECONSTRUCTED.
+was public and only abstracts and summaries could be read: the structure
+is STATED, the reward and every size are RECONSTRUCTED.
 
 1. **Zoo** (STATED): ``K``-fold split of the training windows ``D``; member ``f_k``
    is trained on ``D`` minus fold ``k`` (:func:`fit_zoo`). ``e_k(w) = MSE(f_k(x), y)``.

@@ -4,7 +4,7 @@ Part of ReAugment (Yuan et al., arXiv 2409.06282; :mod:`flowerbed.methods.reaugm
 STATED (second-hand summaries): the VMAE has a feature encoder, a decoder, a
 prior network and a posterior network; it masks part of an anchor series and
 generates a full series; it is pre-trained with a KL and an L2 reconstruction
-loss. RECONSTRUCTED (spec methods_a §2.2): the window ``(L, C)`` is cut into
+loss. RECONSTRUCTED: the window ``(L, C)`` is cut into
 patches of ``patch_len`` steps (the end padded by repeating the last value);
 ``mask_ratio`` of the patches are replaced by a learned mask token; a small
 transformer (the feature encoder) turns the masked window into context tokens

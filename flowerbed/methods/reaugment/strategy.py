@@ -1,4 +1,4 @@
-"""ReAugment with a federated zoo (arXiv 2409.06282; spec ``methods_a.md`` §2.5, RECONSTRUCTED).
+"""ReAugment with a federated zoo (arXiv 2409.06282; RECONSTRUCTED).
 
 1. FedAvg of the forecaster on the clients' real windows (arm ``none``, which is
    also the no-augmentation baseline), ``scenario.rounds`` rounds.

@@ -2,8 +2,8 @@
 
 Paper: "Optimal Unconstrained Self-Distillation in Ridge Regression", arXiv 2602.17565
 (ICML 2026). Only the abstract could be read; the closed forms below are derived from
-its definitions (spec ``methods_b.md`` §5.2), the one-shot tuner of ξ is our
-reconstruction (§5.3), and the proportional-asymptotics formulas are our own
+its definitions, the one-shot tuner of ξ is our reconstruction, and the
+proportional-asymptotics formulas are our own
 deterministic equivalents of the ridge cross-risk (the reference recipe gives none).
 
 Notation: ``Σ̂ = XᵀX/n``, ``R_λ = (Σ̂ + λI)⁻¹``. The teacher is ``β̂_λ = R_λXᵀy/n``; the

@@ -1,6 +1,6 @@
 """Synthetic linear-Gaussian regression with a known anisotropic covariance.
 
-The design of the self-distillation experiments (spec ``methods_b.md`` §5.4, Dang,
+The design of the self-distillation experiments (Dang,
 Patil, Rinaldo, arXiv 2602.17565): rows ``x ~ N(0, Σ)`` with ``Σ`` AR(1)
 (``Σᵢⱼ = rho^|i-j|``), a linear truth ``y = xᵀβ + ε`` with ``ε ~ N(0, sigma²)``, and β a
 random direction scaled to a signal energy ``‖β‖²_Σ``. Because Σ, β and sigma are known

@@ -5,26 +5,24 @@ Paper: arXiv 2605.16874 (ICML 2026).
 Files
 -----
 algorithm.py
-    Base-reasoning disagreement and disagreement-guided one-token intervention
-    (methods_c §2).
+    Base-reasoning disagreement and disagreement-guided one-token intervention.
 algorithm_decode.py
     Disagreement-guided one-token intervention: lock-step decoding, triggers,
-    calibration (§2).
+    calibration.
 algorithm_split.py
     Split inference for token intervention: the client decodes with its base, the
     server hosts R.
 data.py
-    Tasks of the base-reasoning token-intervention study (methods_c §2): prompts and
-    traces.
+    Tasks of the base-reasoning token-intervention study: prompts and traces.
 model.py
-    Token intervention on a task: prompts as ids, scoring, calibration and analysis
-    (§2).
+    Token intervention on a task: prompts as ids, scoring, calibration and
+    analysis.
 model_pair.py
     ``ti_pair``: a base and a reasoning model sharing the byte tokenizer, trained
-    here (§2).
+    here.
 learner.py
     Learner ``token_intervention``: one-token takeovers by a reasoner over a
-    client's base (§2).
+    client's base.
 strategy.py
     Strategy ``token_intervention_split``: clients decode with their base, the
     server hosts R.

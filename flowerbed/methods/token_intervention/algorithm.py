@@ -1,4 +1,4 @@
-"""Base-reasoning disagreement and disagreement-guided one-token intervention (methods_c §2).
+"""Base-reasoning disagreement and disagreement-guided one-token intervention.
 
 Shen, Sheng, Chen, Zhang & Wang, "Reasoning Can Be Restored by Correcting a
 Few Decision Tokens" (ICML 2026, arXiv 2605.16874). Stated: the gap between a

@@ -1,4 +1,4 @@
-"""Disagreement-guided one-token intervention: lock-step decoding, triggers, calibration (§2).
+"""Disagreement-guided one-token intervention: lock-step decoding, triggers, calibration.
 
 The decoder (:func:`intervene`) runs a base and a reasoning model in
 lock-step, each with its own KV cache, on shared continuation tokens (each
@@ -8,7 +8,7 @@ the reasoner, the token is ``argmax p_R`` (a one-token takeover) and control
 returns at once to the base, otherwise ``argmax p_B``. The token is appended
 to both caches; a row stops at the end token or after ``max_new_tokens``.
 
-Triggers (:class:`Trigger`), all reconstructed (spec §2):
+Triggers (:class:`Trigger`), all reconstructed:
 
 - ``js``: ``d(p_B, p_R) > tau`` (``score``: ``js``, ``kl``, ``llr``);
 - ``entropy``: ``H(p_B) > h``: the base alone decides (Nudging-like), so in

@@ -1,6 +1,6 @@
 """Split inference for token intervention: the client decodes with its base, the server hosts R.
 
-The spec's "flowerbed mapping" (§2): a client keeps its small base model and
+The spec's "flowerbed mapping": a client keeps its small base model and
 decodes locally; the server keeps the reasoning model. A client contacts the
 server only when its trigger needs the reasoner (:meth:`Trigger.gate` open
 and budget left):

@@ -1,4 +1,4 @@
-"""Tasks of the base-reasoning token-intervention study (methods_c §2): prompts and traces.
+"""Tasks of the base-reasoning token-intervention study: prompts and traces.
 
 Two tasks, both in one-byte-per-token text (the byte tokenizer of the ``tiny``
 backend), each with two trace generators so a *base* and a *reasoning* model

@@ -1,4 +1,4 @@
-"""Learner ``token_intervention``: one-token takeovers by a reasoner over a client's base (§2).
+"""Learner ``token_intervention``: one-token takeovers by a reasoner over a client's base.
 
 Shen et al., "Reasoning Can Be Restored by Correcting a Few Decision Tokens"
 (ICML 2026, arXiv 2605.16874); the maths is in
@@ -59,7 +59,7 @@ DONE = "done"
 
 
 class TokenInterventionParams(Params):
-    """The pair, the triggers, the budget and the thresholds (spec §2 defaults where given)."""
+    """The pair, the triggers, the budget and the thresholds (the spec's defaults where given)."""
 
     base: LmSpec = Field(description="the client's base model, e.g. ti_pair role base")  # type: ignore[valid-type]
     reasoner: LmSpec = Field(description="the reasoning model (server-side in split inference)")  # type: ignore[valid-type]

@@ -1,4 +1,4 @@
-"""Token intervention on a task: prompts as ids, scoring, calibration and analysis (§2).
+"""Token intervention on a task: prompts as ids, scoring, calibration and analysis.
 
 The glue between :mod:`flowerbed.methods.token_intervention.algorithm_decode` (the
 decoder, model-agnostic) and a pair of :class:`~flowerbed.models.lm.CausalLM`

@@ -1,7 +1,7 @@
-"""``ti_pair``: a base and a reasoning model sharing the byte tokenizer, trained here (§2).
+"""``ti_pair``: a base and a reasoning model sharing the byte tokenizer, trained here.
 
-No base/reasoning pair sharing a tokenizer ships offline
-(``shared/specs/llm_feasibility.md`` §5), so the pair is trained from scratch
+No base/reasoning pair sharing a tokenizer ships offline (a feasibility probe made
+before this implementation found none), so the pair is trained from scratch
 on the traces of :mod:`flowerbed.methods.token_intervention.data`, same size, same
 tokenizer:
 
@@ -12,7 +12,7 @@ tokenizer:
   (a weaker executor: the spec's case where the entropy trigger can surpass R);
 - ``task: arith``: the base on answer-only traces (with ``base_cot_share`` of
   chain-of-thought traces mixed in), the reasoner on chain-of-thought traces;
-- ``task: carry`` (the setup ``llm_feasibility.md`` §5 measured): 3-digit
+- ``task: carry`` (the setup the pre-implementation feasibility probe measured): 3-digit
   addition ``687+646=`` answered by a per-column chain of thought with explicit
   carries, then the answer (``7+6=13,8+4+1=13,6+6+1=13|1333``), on a 16-symbol
   vocabulary of its own (:class:`CarryTokenizer`, shared by both models). The
@@ -68,7 +68,7 @@ ARTEFACT_FORMAT = 1
 PairTask = Literal["toy", "arith", "carry"]
 
 
-# --- the carry task (llm_feasibility.md §5) ------------------------------------------------
+# --- the carry task (the feasibility probe's setup) ---------------------------------------
 
 #: The carry task's symbols (ids 0..13); ``bos`` is 14, ``eos`` 15 (also the padding).
 CARRY_SYMBOLS = "0123456789+=,|"
@@ -247,7 +247,8 @@ class TiPairPretrainParams(Params):
     """The task, the shape the models share and the training runs (the cache key)."""
 
     task: PairTask = Field("toy", description="toy (plan-then-execute), arith (word "
-                           "problems) or carry (per-column addition, llm_feasibility §5)")
+                           "problems) or carry (per-column addition, as in the "
+                           "feasibility probe)")
     hidden: int = Field(64, ge=8)
     layers: int = Field(2, ge=1)
     heads: int = Field(4, ge=1)

@@ -1,6 +1,6 @@
 """Strategy ``token_intervention_split``: clients decode with their base, the server hosts R.
 
-Split inference of disagreement-guided token intervention (methods_c §2,
+Split inference of disagreement-guided token intervention (the spec's
 "flowerbed mapping"; Shen et al., ICML 2026, arXiv 2605.16874). Every client
 keeps the small base model and its own prompts; the server keeps the reasoning
 model. For each trigger of the learner, in turn:
