@@ -7,7 +7,8 @@ vs CoOp's local objective, Dirichlet 0.1) against the same method centralized.
 The base-to-novel testbed of the claims is ``b2n_fashion`` (Fashion-MNIST, 5 base /
 5 novel classes): its report states the testbed's power check first, and ``--tune``
 chooses KgCoOp's and ManiPT's lambda and alpha on a validation split of base-class
-training rows (``tuning.jsonl``) before their cells run.
+training rows (``tuning.jsonl``) before their cells run; few-shot, cross-dataset and
+domain generalisation share one 16-shot grid on the concepts (``TUNE_SOURCE``).
 Methods: zero-shot, CoOp, KgCoOp, MaPLe-style, ManiPT (``learner.method``).
 Each local-task cell runs the scenario's learner (``run_local``) in this process
 on the scenario's data; federated cells run the scenario through ``flowerbed.run``
@@ -50,9 +51,20 @@ LAMBDAS = (0.25, 0.5, 1.0, 2.0, 8.0)
 ALPHAS = ("0.5", "1.0", "off")
 TUNED = ("kgcoop", "manipt")
 #: Settings whose KgCoOp and ManiPT cells wait for the validation choice.
-TUNED_SETTINGS = ("b2n_fashion", "b2n_clean")
+TUNED_SETTINGS = ("b2n_fashion", "b2n_clean", "fewshot", "cross", "dg")
+#: Where each tuned setting's lambda / alpha are chosen: (setting, shots) of its validation
+#: grid. Few-shot, cross-dataset and domain generalisation all train on the textured
+#: concepts, so, as in CoOp's protocol (the prompt tuned on the source is the one carried
+#: to the targets), one 16-shot grid on the concepts chooses for all three and every shot
+#: count; the targets are never looked at.
+TUNE_SOURCE: dict[str, tuple[str, int | None]] = {
+    "b2n_fashion": ("b2n_fashion", None), "b2n_clean": ("b2n_clean", None),
+    "fewshot": ("fewshot", 16), "cross": ("fewshot", 16), "dg": ("fewshot", 16)}
 #: Base-class training rows per class held out of the shots to choose lambda / alpha on.
 VALIDATION_PER_CLASS = 100
+#: Fewer where the data set has fewer: the concepts keep 24 training rows per class, 16 of
+#: them shots, so the 8 left are the validation split.
+VALIDATION_ROWS = {"fewshot": 8}
 #: The testbed's power check (issue 53): zero-shot novel accuracy at least this, and a
 #: tuned unconstrained prompt (CoOp or MaPLe-style) below zero-shot on the novel classes.
 MIN_ZERO_SHOT_NOVEL = 0.5
@@ -120,11 +132,12 @@ def grid_overrides(method: str) -> list[list[str]]:
 
 
 def tune_plan(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Validation cells: every grid point of KgCoOp and ManiPT on each base-to-novel setting."""
-    val = f"learner.validation_per_class={VALIDATION_PER_CLASS}"
-    return [{"setting": setting, "method": m, "seed": seed, "shots": None,
-             "overrides": [*args.set, *grid_overrides(m)[i], val]}
-            for setting in args.settings if setting in B2N
+    """Validation cells: every grid point of KgCoOp and ManiPT on each setting's grid."""
+    sources = dict.fromkeys(TUNE_SOURCE[s] for s in args.settings if s in TUNE_SOURCE)
+    return [{"setting": source, "method": m, "seed": seed, "shots": shots,
+             "overrides": [*args.set, *grid_overrides(m)[i], "learner.validation_per_class="
+                           f"{VALIDATION_ROWS.get(source, VALIDATION_PER_CLASS)}"]}
+            for source, shots in sources
             for seed in args.tune_seeds for i in range(len(LAMBDAS) * len(ALPHAS))
             for m in TUNED if m in args.methods]
 
@@ -133,10 +146,12 @@ def chosen(tuning: list[dict[str, Any]], setting: str, method: str,
            partial: bool = False) -> list[str] | None:
     """The grid point with the best mean validation accuracy (ties: the more constrained).
 
-    None until every grid point of ``method`` on ``setting`` has a validation cell;
-    ``partial``: the best of the grid points run so far (None if none).
+    The grid is the one ``TUNE_SOURCE`` names for ``setting``. None until every grid
+    point of ``method`` there has a validation cell; ``partial``: the best of the grid
+    points run so far (None if none).
     """
-    cells = by(tuning, setting=setting, method=method)
+    source, shots = TUNE_SOURCE.get(setting, (setting, None))
+    cells = by(tuning, setting=source, method=method, shots=shots)
     best: tuple[float, list[str]] | None = None
     for over in grid_overrides(method):
         vals = [c["metrics"]["val_base_accuracy"] for c in cells
@@ -285,6 +300,9 @@ def metric(cells: list[dict[str, Any]], name: str) -> list[float]:
 B2N_TITLE = {"b2n": "textured concepts, 32 base / 32 novel classes",
              "b2n_clean": "clean-style concepts, 32 base / 32 novel classes",
              "b2n_fashion": "Fashion-MNIST, 5 base / 5 novel classes"}
+#: Grids that are not a base-to-novel setting's own.
+TUNE_TITLE = {"fewshot": "textured concepts, 16 shots, all 64 classes; the choice serves "
+                         "few-shot at every shot count, cross-dataset and domain generalisation"}
 
 
 def b2n_report(b2n: list[dict[str, Any]], setting: str) -> list[str]:
@@ -325,12 +343,14 @@ def b2n_report(b2n: list[dict[str, Any]], setting: str) -> list[str]:
 def tuning_report(tuning: list[dict[str, Any]]) -> str:
     """Validation accuracy of every grid point, and the choice, per setting and method."""
     lines: list[str] = []
-    for setting in B2N:
-        cells = by(tuning, setting=setting)
+    for setting, shots in dict.fromkeys(TUNE_SOURCE.values()):
+        cells = by(tuning, setting=setting, shots=shots)
         if not cells:
             continue
-        lines += [f"### Validation grid ({B2N_TITLE[setting]}; base-class accuracy % on "
-                  f"{VALIDATION_PER_CLASS} unused training rows per class; seeds "
+        title = TUNE_TITLE.get(setting) or B2N_TITLE[setting]
+        rows = VALIDATION_ROWS.get(setting, VALIDATION_PER_CLASS)
+        lines += [f"### Validation grid ({title}; base-class accuracy % on "
+                  f"{rows} unused training rows per class; seeds "
                   f"{seeds_of(cells)})", "", "| method | lambda | " + " | ".join(
                       f"alpha {a}" for a in ALPHAS) + " |", "|---|---|" + "---|" * len(ALPHAS)]
         for m in TUNED:
