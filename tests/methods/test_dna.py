@@ -726,3 +726,14 @@ def test_inline_run_matches_pooled_fdus_and_reports_bytes(cache, tmp_path):
             assert 0.0 <= src[f"test/{arm}_acc_unseen"] <= 1.0
     assert fed["comm/fdu_probe_bytes_up_per_client_round"] == (fed["test/dna_num_fdus"] + 1) * 8
     assert fed["comm/image_bytes_per_client"] == 16 * 784  # 48 images over 3 clients
+
+
+def test_default_candidates_are_the_intermediate_blocks():
+    from flowerbed.methods.dna.learner import DnaLearner, DnaParams
+
+    names = ("stem", "block1", "block2", "block3", "head")
+    default = DnaLearner(DnaParams(), scenario=None)
+    assert default.candidates(names) == [1, 2, 3]
+    assert default.candidates(("block1", "block2", "embed")) == [0, 1]
+    chosen = DnaLearner(DnaParams(layers=("stem", "head")), scenario=None)
+    assert chosen.candidates(names) == [0, 4]

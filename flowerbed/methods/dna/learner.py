@@ -50,7 +50,8 @@ class DnaParams(Params):
 
     backbone: DnaBackboneParams = DnaBackboneParams()
     layers: tuple[str, ...] | None = Field(
-        None, description="candidate layers for localisation (default: every layer)")
+        None, description="candidate layers for localisation (default: the intermediate "
+        "blocks, every block* layer: not the stem, not the final representation)")
     layer: str | None = Field(None, description="skip localisation and use this layer")
     window: int | None = Field(
         None, ge=0, description="only layers this close to the map-entropy transition")
@@ -184,9 +185,16 @@ class DnaLearner(Learner):
         return feats.names, out
 
     def candidates(self, names: tuple[str, ...]) -> list[int]:
-        """Indices of the candidate layers."""
-        return list(range(len(names))) if self.p.layers is None else [
-            self._index(names, n, "layers") for n in self.p.layers]
+        """Indices of the candidate layers (by default the intermediate ``block*`` layers).
+
+        The abstract locates forgery knowledge in intermediate layers; the final
+        representation is the UnivFD baseline's, and a head or stem can only win the
+        localisation through artefacts of its statistics.
+        """
+        if self.p.layers is not None:
+            return [self._index(names, n, "layers") for n in self.p.layers]
+        blocks = [i for i, n in enumerate(names) if n.startswith("block")]
+        return blocks or list(range(len(names)))
 
     def plan(self, names: tuple[str, ...], stats: list[dna.LayerStats],
              auc: list[float] | None = None) -> Plan:
