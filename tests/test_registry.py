@@ -84,7 +84,7 @@ def test_a_tagged_union_outside_the_registry_gets_one_line_not_a_key_error():
 
     from pydantic import BaseModel, Field, ValidationError
 
-    from flowerbed.core.scenario import _message
+    from flowerbed.core.scenario_checks import validation_line as _message
 
     class A(BaseModel):
         name: Literal["a"] = "a"

@@ -1,8 +1,13 @@
-"""Scenario schema: strict, frozen pydantic models built from the registry."""
+"""Scenario schema: strict, frozen pydantic models built from the registry.
+
+Reading files and overrides is :mod:`flowerbed.core.scenario_text`'s and the
+one-line problem reports are :mod:`flowerbed.core.scenario_checks`'s; the
+names code uses from both are re-exported here, so ``flowerbed.core.scenario``
+stays the one place to import a scenario's API from.
+"""
 
 from __future__ import annotations
 
-import difflib
 import functools
 import hashlib
 import json
@@ -25,31 +30,48 @@ from flowerbed.core.attacks import AttackParams, NoAttack
 from flowerbed.core.availability import AvailabilityParams
 from flowerbed.core.checkpoints import CheckpointConfig
 from flowerbed.core.registry import Params
+from flowerbed.core.scenario_checks import (
+    COMPONENT_FIELDS,
+    LIST_COMPONENT_FIELDS,
+    capability_problems,
+    checkpoint_problems,
+    component_problems,
+    validation_line,
+)
+from flowerbed.core.scenario_text import (
+    DuplicateKeyError,
+    ScenarioError,
+    apply_overrides,
+    load_yaml,
+    parse_override,
+    read_yaml,
+)
 from flowerbed.core.sinks import JSONL
 
-#: Scenario fields that name a registered component, mapped to their registry kind.
-COMPONENT_FIELDS = {
-    "dataset": "dataset",
-    "partition": "partition",
-    "model": "model",
-    "learner": "learner",
-    "strategy": "strategy",
-}
-LIST_COMPONENT_FIELDS = {"baselines": "baseline", "sinks": "sink"}
-
-
-class ScenarioError(ValueError):
-    """A scenario that cannot be loaded; one line per problem, each naming its path."""
-
-    def __init__(self, problems: list[str], source: str = "scenario") -> None:
-        self.problems = problems
-        self.source = source
-        super().__init__("\n".join(problems))
-
-    def __str__(self) -> str:
-        head = f"{self.source}: {len(self.problems)} problem(s)"
-        return "\n".join([head, *(f"  {p}" for p in self.problems)])
-
+__all__ = [
+    "COMPONENT_FIELDS",
+    "LIST_COMPONENT_FIELDS",
+    "ClientResources",
+    "ClientsConfig",
+    "DuplicateKeyError",
+    "Engine",
+    "FederationConfig",
+    "MetricsConfig",
+    "Scenario",
+    "ScenarioBase",
+    "ScenarioError",
+    "apply_overrides",
+    "checkpoint_problems",
+    "from_dict",
+    "load_scenario",
+    "load_yaml",
+    "parse_override",
+    "produced_metrics",
+    "read_yaml",
+    "scenario_model",
+    "summary_problem",
+    "validate_scenario",
+]
 
 class ClientResources(Params):
     """Resources Ray reserves for each simulated client (fractions allowed)."""
@@ -340,103 +362,6 @@ def scenario_model() -> type[ScenarioBase]:
     return model
 
 
-def _tag_at(data: Any, loc: tuple[Any, ...], i: int) -> bool:
-    """Whether ``loc[i]`` is a discriminated-union tag pydantic inserted (not a key)."""
-    node = data
-    for item in loc[:i]:
-        if isinstance(node, dict):
-            node = node.get(item)
-        elif isinstance(node, list) and isinstance(item, int) and item < len(node):
-            node = node[item]
-        else:
-            return False
-    return isinstance(node, dict) and node.get("name") == loc[i] and loc[i] not in node
-
-
-def _path(loc: tuple[Any, ...], data: Any = None) -> str:
-    """Join a pydantic location into a YAML path, dropping union tags."""
-    parts: list[str] = []
-    for i, item in enumerate(loc):
-        if i and isinstance(item, str) and _tag_at(data, loc, i):
-            continue
-        if isinstance(item, int):
-            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
-        else:
-            parts.append(str(item))
-    return ".".join(parts) or "(top level)"
-
-
-def _known_fields(model: type[Any], loc: tuple[Any, ...], data: Any) -> list[str]:
-    """Field names allowed where ``loc`` points (for did-you-mean hints on typos)."""
-    target: Any = model
-    rest = list(loc[:-1])
-    kind = COMPONENT_FIELDS.get(loc[0]) or LIST_COMPONENT_FIELDS.get(loc[0])
-    if kind and isinstance(data, dict):
-        node = data.get(loc[0])
-        rest = rest[1:]
-        if isinstance(node, list) and rest and isinstance(rest[0], int) and rest[0] < len(node):
-            node, rest = node[rest[0]], rest[1:]
-        if not isinstance(node, dict) or "name" not in node:
-            return []
-        try:
-            target = registry.get(kind, str(node["name"])).params
-        except KeyError:
-            return []
-        rest = [r for r in rest if r != node["name"]]
-    for key in rest:
-        field = getattr(target, "model_fields", {}).get(key)
-        target = getattr(field, "annotation", None)
-    return sorted(getattr(target, "model_fields", {}))
-
-
-def _message(err: dict[str, Any], model: type[Any], data: Any) -> str:
-    loc = tuple(err["loc"])
-    path = _path(loc, data)
-    kind_field = str(loc[0]) if loc else ""
-    etype = err["type"]
-    kind = COMPONENT_FIELDS.get(kind_field) or LIST_COMPONENT_FIELDS.get(kind_field, "")
-    # A single registered component is a plain model, not a union: its bad
-    # name arrives as a literal error on ``name`` instead of a tag error.
-    single_name = etype == "literal_error" and kind and loc[-1] == "name"
-    if etype in ("union_tag_invalid", "union_tag_not_found") and not kind:
-        # A tagged union that is not a registry kind: pydantic lists its tags.
-        if etype == "union_tag_not_found":
-            return f"{path}.name: required field is missing"
-        expected = str(err["ctx"].get("expected_tags", ""))
-        return f"{path}.name: unknown {err['ctx']['tag']!r}; known: {expected}"
-    if etype == "union_tag_invalid" or single_name:
-        tag = err["ctx"]["tag"] if etype == "union_tag_invalid" else err["input"]
-        if single_name:
-            path = path.removesuffix(".name")
-        known = registry.names(kind)
-        hint = registry.hints(kind).get(tag)
-        if hint:
-            return f"{path}.name: {kind} {tag!r} is not available: {hint}"
-        close = difflib.get_close_matches(str(tag), known, n=1)
-        mean = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"{path}.name: unknown {kind} {tag!r}{mean}; known: {', '.join(known)}"
-    if etype == "union_tag_not_found":
-        return f"{path}.name: missing; known {kind}s: {', '.join(registry.names(kind))}"
-    if etype == "unknown_nested_field":  # a validator's own bad key, named by its path
-        return f"{path}.{err['ctx']['field']}: {err['msg']}"
-    if etype == "extra_forbidden":
-        allowed = [f for f in _known_fields(model, loc, data) if f != "name"]
-        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        mean = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"{path}: unknown field{mean}; allowed: {', '.join(allowed)}"
-    if etype == "missing":
-        return f"{path}: required field is missing"
-    if etype == "literal_error" and loc and loc[-1] == "name" and loc[0] == "engine":
-        return f"{path}: unknown engine {err['input']!r}; known: inline, simulation, deployment"
-    msg = str(err["msg"])
-    msg = msg[0].lower() + msg[1:] if msg else msg
-    return (
-        f"{path}: {msg} (got {err['input']!r})"
-        if "input" in err and not isinstance(err["input"], (dict, list))
-        else f"{path}: {msg}"
-    )
-
-
 def validate_scenario(data: Any, source: str = "scenario") -> ScenarioBase:
     """Validate plain data into a scenario or raise :class:`ScenarioError`."""
     model = scenario_model()
@@ -445,237 +370,12 @@ def validate_scenario(data: Any, source: str = "scenario") -> ScenarioBase:
     try:
         scenario = model.model_validate(data)
     except ValidationError as exc:
-        problems = [_message(dict(e), model, data) for e in exc.errors()]
+        problems = [validation_line(dict(e), model, data) for e in exc.errors()]
         raise ScenarioError(list(dict.fromkeys(problems)), source) from None
     problems = capability_problems(scenario) + component_problems(scenario)
     if problems:
         raise ScenarioError(problems, source)
     return scenario
-
-
-def capability_problems(scenario: ScenarioBase) -> list[str]:
-    """One line per pair of components that cannot work together, naming both.
-
-    A strategy or baseline whose needs the learner does not meet, a model
-    that cannot read the dataset's rows (both from declarations: see
-    :attr:`flowerbed.core.registry.Entry.requires`), a learner that trains a
-    ``model:`` block the scenario lacks, and checkpoints asked of a strategy
-    that cannot save them.
-    """
-    found = []
-    why = registry.missing_capability("strategy", scenario.strategy, scenario.learner)
-    if why:
-        found.append(f"strategy: {why}")
-    for i, spec in enumerate(scenario.baselines):
-        why = registry.missing_capability("baseline", spec, scenario.learner)
-        if why:
-            found.append(f"baselines[{i}]: {why}")
-    if scenario.model is not None:
-        why = registry.missing_data("model", scenario.model, scenario.dataset)
-        if why:
-            found.append(f"model: {why}")
-    learner = registry.get("learner", registry.name_of(scenario.learner)).target
-    if scenario.model is None and getattr(learner, "needs_model", False):
-        name = registry.name_of(scenario.learner)
-        found.append(f"model: learner {name!r} needs a 'model:' block (e.g. model: mlp)")
-    return found + checkpoint_problems(scenario)
-
-
-def checkpoint_problems(scenario: ScenarioBase) -> list[str]:
-    """``checkpoint.every`` asked of a strategy that cannot save checkpoints (its class says)."""
-
-    def saves(target: Any) -> bool:
-        return bool(getattr(target, "checkpointing", False))
-
-    name = registry.name_of(scenario.strategy)
-    if not scenario.checkpoint.every or saves(registry.get("strategy", name).target):
-        return []
-    able = [e.name for e in registry.entries("strategy") if saves(e.target)]
-    return [
-        f"checkpoint.every: strategy {name!r} does not save checkpoints "
-        f"(strategies that do: {', '.join(able)}); set checkpoint.every: 0"
-    ]
-
-
-def component_problems(scenario: ScenarioBase) -> list[str]:
-    """Problems a component's params show only beside the rest of the scenario.
-
-    A component's params model may define ``scenario_problems(scenario)``,
-    returning lines relative to its block (``subsets: lists 2 clients;
-    num_clients=4``); each is reported under the component's field, or under
-    ``<field>[<index>]`` in a list (a sink whose package is missing). A sink
-    listed twice is one more problem.
-    """
-    found = []
-    for field in COMPONENT_FIELDS:
-        check = getattr(getattr(scenario, field), "scenario_problems", None)
-        if callable(check):
-            found += [f"{field}.{problem}" for problem in check(scenario)]
-    for field in LIST_COMPONENT_FIELDS:
-        for i, spec in enumerate(getattr(scenario, field)):
-            check = getattr(spec, "scenario_problems", None)
-            if callable(check):
-                found += [f"{field}[{i}].{problem}" for problem in check(scenario)]
-    return found + _repeated_sinks(scenario)
-
-
-def _repeated_sinks(scenario: ScenarioBase) -> list[str]:
-    """One line per sink listed twice (each writes its files once per run)."""
-    first: dict[str, int] = {}
-    found = []
-    for i, spec in enumerate(scenario.sinks):
-        name = registry.name_of(spec)
-        if name in first:
-            where = f"first at sinks[{first[name]}]"
-            found.append(f"sinks[{i}]: sink {name!r} is listed twice ({where})")
-        first.setdefault(name, i)
-    return found
-
-
-class DuplicateKeyError(yaml.YAMLError):
-    """A mapping that writes one key twice (PyYAML would silently keep the last value)."""
-
-    def __init__(self, path: str, line: int, first: int) -> None:
-        self.path, self.line, self.first = path, line, first
-        super().__init__(f"{path}: duplicate key at line {line} (first at line {first})")
-
-    def problem(self) -> str:
-        """The one-line problem, naming the key path and both lines."""
-        return (
-            f"{self.path}: duplicate key at line {self.line} (first at line {self.first}); "
-            "write each key once"
-        )
-
-
-def _key_path(parent: str, key: Any) -> str:
-    return f"{parent}.{key}" if parent else str(key)
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key written twice in one mapping.
-
-    The check runs on the composed node tree, before any value is built, so it
-    knows each key's path and line; merge keys (``<<: *base``) and the keys
-    they bring in are not duplicates.
-    """
-
-    def construct_document(self, node: yaml.Node) -> Any:
-        self._check_unique(node, "", set())
-        return super().construct_document(node)
-
-    def _check_unique(self, node: yaml.Node, path: str, seen: set[int]) -> None:
-        if id(node) in seen:  # an alias: already checked where its anchor is
-            return
-        seen.add(id(node))
-        if isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                self._check_unique(item, f"{path}[{i}]", seen)
-        elif isinstance(node, yaml.MappingNode):
-            lines: dict[Any, int] = {}
-            for key_node, value_node in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self._key(key_node)
-                line = key_node.start_mark.line + 1
-                if key in lines:
-                    raise DuplicateKeyError(_key_path(path, key), line, lines[key])
-                lines[key] = line
-                self._check_unique(value_node, _key_path(path, key), seen)
-
-    def _key(self, node: yaml.Node) -> Any:
-        """A key as the loader will build it (``1`` and ``"1"`` differ), or its text."""
-        if isinstance(node, yaml.ScalarNode):
-            try:
-                return self.construct_object(node)
-            except yaml.YAMLError:
-                return node.value
-        return f"<{node.tag} at line {node.start_mark.line + 1}>"  # a complex key: never equal
-
-
-def load_yaml(text: str) -> Any:
-    r"""``yaml.safe_load`` that raises :class:`DuplicateKeyError` for a key written twice.
-
-    Examples
-    --------
-    >>> load_yaml("a: 1\nb: {c: 2}")
-    {'a': 1, 'b': {'c': 2}}
-    >>> load_yaml("a: 1\nb: {c: 2, c: 3}")
-    Traceback (most recent call last):
-    ...
-    flowerbed.core.scenario.DuplicateKeyError: b.c: duplicate key at line 2 (first at line 2)
-    """
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: builds plain data only
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """Split ``a.b.c=value`` into a key path and a YAML-parsed value."""
-    if "=" not in text:
-        raise ScenarioError([f"--set {text!r}: expected key.path=value"], "--set")
-    key, _, raw = text.partition("=")
-    path = key.strip().split(".")
-    if not all(path):
-        raise ScenarioError([f"--set {text!r}: empty key in {key!r}"], "--set")
-    try:
-        value = load_yaml(raw) if raw.strip() else ""
-    except DuplicateKeyError as exc:
-        raise ScenarioError([f"--set {text!r}: {exc.problem()}"], "--set") from None
-    except yaml.YAMLError:
-        value = raw
-    return path, value
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Return a copy of ``data`` with each ``key.path=value`` applied."""
-    out = json.loads(json.dumps(data))
-    for text in overrides:
-        path, value = parse_override(text)
-        node = out
-        for depth, key in enumerate(path[:-1]):
-            child = node.get(key)
-            if isinstance(child, str):
-                # ``engine: inline`` / ``learner: sgd`` shorthand: keep the name.
-                child = {"name": child}
-            elif child is not None and not isinstance(child, dict):
-                where = ".".join(path[: depth + 1])
-                raise ScenarioError(
-                    [
-                        f"--set {text!r}: {where} is {json.dumps(child)}, a value, not a "
-                        f"section; it has no key {path[depth + 1]!r}"
-                    ],
-                    "--set",
-                )
-            if child is None:
-                child = {}
-            node[key] = child
-            node = child
-        node[path[-1]] = value
-    return out
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a scenario file into plain data, with errors that name the file."""
-    p = Path(path)
-    if not p.is_file():
-        raise ScenarioError([f"file not found: {p}"], str(p))
-    try:
-        data = load_yaml(p.read_text())
-    except DuplicateKeyError as exc:
-        raise ScenarioError([exc.problem()], str(p)) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ScenarioError([f"{where}malformed YAML: {problem}"], str(p)) from None
-    except UnicodeDecodeError as exc:
-        raise ScenarioError([f"byte {exc.start}: not UTF-8 text ({exc.reason})"], str(p)) from None
-    except RecursionError:
-        raise ScenarioError(["(top level): malformed YAML: nested too deeply"], str(p)) from None
-    if data is None:
-        raise ScenarioError(["(top level): the file is empty"], str(p))
-    if not isinstance(data, dict):
-        raise ScenarioError(["(top level): a scenario must be a YAML mapping"], str(p))
-    data.pop("sweep", None)
-    return data
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> ScenarioBase:
