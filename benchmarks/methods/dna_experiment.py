@@ -63,6 +63,7 @@ from flowerbed.methods.dna.model import (
     DnaBackboneParams,
     extract,
     finetune_parts,
+    intermediate_layers,
     unit_gradients,
 )
 
@@ -71,8 +72,6 @@ META = DatasetMeta(name="dna_fakes", task="classification", num_features=784,
 BACKBONE = DnaBackboneParams(name="efficientnet_lite0", image_size=64)
 FINAL, FT_BLOCKS, FOLDS, S = 17, 2, 10, 10
 CUT = 16 - FT_BLOCKS
-#: Candidate layers: the intermediate blocks (block1-block16; not the stem, not the head).
-CAND = tuple(range(1, 17))
 #: Null draws of the map-shift term; ``window`` of the window arm (layers either side of
 #: the map-entropy transition, among the intermediate blocks).
 NULL_DRAWS, WINDOW = 20, 4
@@ -91,6 +90,8 @@ PAPER = {"GenImage mean acc": 96.5, "ForenSynths mean acc": 97.2,
 TRAIN_REALS, TEST_N, TRAIN_FAKES = 2000, 1000, 1500
 #: Layer names of the EfficientNet-Lite0 backbone (for --report-only without a summary JSON).
 NAMES = ("stem", *(f"block{i}" for i in range(1, 17)), "head")
+#: Candidate layers: the learner's default, the intermediate blocks (block1-block16).
+CAND = tuple(intermediate_layers(NAMES))
 
 
 class Pool:

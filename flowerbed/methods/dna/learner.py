@@ -29,7 +29,7 @@ from flowerbed.data.base import ClientData, DatasetMeta
 from flowerbed.methods.dna import algorithm as dna
 from flowerbed.methods.dna import algorithm_probe as probe
 from flowerbed.methods.dna.data import LabelParts, label_parts
-from flowerbed.methods.dna.model import DnaBackboneParams, LayerFeatures
+from flowerbed.methods.dna.model import DnaBackboneParams, LayerFeatures, intermediate_layers
 
 #: Message types and record keys shared with ``flowerbed.methods.dna.strategy``.
 STATS_MESSAGE = "query.dna_stats"
@@ -185,16 +185,10 @@ class DnaLearner(Learner):
         return feats.names, out
 
     def candidates(self, names: tuple[str, ...]) -> list[int]:
-        """Indices of the candidate layers (by default the intermediate ``block*`` layers).
-
-        The abstract locates forgery knowledge in intermediate layers; the final
-        representation is the UnivFD baseline's, and a head or stem can only win the
-        localisation through artefacts of its statistics.
-        """
+        """Indices of the candidate layers: ``layers`` if set, else :func:`intermediate_layers`."""
         if self.p.layers is not None:
             return [self._index(names, n, "layers") for n in self.p.layers]
-        blocks = [i for i, n in enumerate(names) if n.startswith("block")]
-        return blocks or list(range(len(names)))
+        return intermediate_layers(names)
 
     def plan(self, names: tuple[str, ...], stats: list[dna.LayerStats],
              auc: list[float] | None = None) -> Plan:

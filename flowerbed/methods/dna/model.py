@@ -206,6 +206,17 @@ def layer_names(p: DnaBackboneParams) -> tuple[str, ...]:
     return EFFNET_LAYERS + (("proj",) if p.name == "two_tower" else ())
 
 
+def intermediate_layers(names: tuple[str, ...]) -> list[int]:
+    """Indices of the intermediate ``block*`` layers among ``names`` (all if none is a block).
+
+    The abstract locates forgery knowledge in intermediate layers; the final
+    representation is the UnivFD baseline's, and a head or stem can only win the
+    localisation through artefacts of its statistics.
+    """
+    blocks = [i for i, n in enumerate(names) if n.startswith("block")]
+    return blocks or list(range(len(names)))
+
+
 def _cache_key(p: DnaBackboneParams, x: np.ndarray, maps: bool, cut_after: int | None) -> str:
     from flowerbed.models.vlm import array_hash, file_identity
 
