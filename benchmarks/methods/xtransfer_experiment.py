@@ -479,23 +479,28 @@ def plot(rows: list[dict], path: Path) -> None:
         local = [r for r in local if (r["subject"], r["seed"]) in pairs]
         tables = {k: summarise(local, target, "local", k) for k in shots}
         methods = sorted({m for t in tables.values() for m in t})
-        # One colour per method (the default cycle repeats after ten).
-        palette = plt.get_cmap("tab20")(np.linspace(0, 1, max(len(methods), 1)))
-        for m, colour in zip(methods, palette, strict=True):
+        ours = [m for m in methods if m.startswith("xtransfer")]
+        others = [m for m in methods if m not in ours]
+        # XTransfer's variants in black (as its bars), told apart by line and marker;
+        # the baselines in distinct colours of one qualitative palette.
+        styles = {m: {"color": "black", "lw": 2.2, "ls": ls, "marker": mk}
+                  for m, ls, mk in zip(ours, ("-", "--", ":", "-."), "sDv^", strict=False)}
+        palette = plt.get_cmap("tab10")(np.arange(len(others)) % 10)
+        styles |= {m: {"color": c, "lw": 1, "ls": "-", "marker": "o"}
+                   for m, c in zip(others, palette, strict=True)}
+        for m in methods:
             ks = [k for k in shots if m in tables[k]]
             ax.errorbar(
                 ks,
                 [tables[k][m]["f1"] for k in ks],
                 yerr=[tables[k][m]["std"] for k in ks],
-                marker="o",
                 capsize=3,
                 label=m,
-                color=colour,
-                lw=3 if m.startswith("xtransfer") else 1,
+                **styles[m],
             )
         ax.set_xticks(shots)
         ax.set_xlabel("shots per class")
-        ax.set_ylabel("macro-F1")
+        ax.set_ylabel("macro-F1 (error bars: sample sd over seeds\nof the subject mean)")
         ax.set_title(f"{target}, per subject: macro-F1 vs shots\n"
                      f"({len(pairs)} (subject, seed) pair(s) run at every shot count)",
                      fontsize=10)
@@ -530,7 +535,8 @@ def plot(rows: list[dict], path: Path) -> None:
             )
         ax.set_yticks(ys, order, fontsize=7)
         ax.set_xlim(0, 1.02)
-        ax.set_xlabel("macro-F1 on the query windows (bar text: F1, MFLOPs per inference)")
+        ax.set_xlabel("macro-F1 on the query windows (bar text: F1, MFLOPs per inference;\n"
+                      "error bars: sample sd over seeds of the subject mean)")
         what = (
             "per subject"
             if mode == "local" and target == "watch"
