@@ -547,7 +547,7 @@ def lm_tables(rows: list[dict]) -> list[str]:
 
 
 def proxy_tables(rows: list[dict]) -> list[str]:
-    out = ["\n### kNN-vote proxy (spec §6.4): accuracy / peripheral share, mean over seeds\n"]
+    out = ["\n### kNN-vote proxy: accuracy / peripheral share, mean over seeds\n"]
     tasks = [t for t in [*TASKS, "digits"] if any(r["task"] == t for r in rows)]
     out += [
         "| task | B | " + " | ".join(PROXY_METHODS) + " |",

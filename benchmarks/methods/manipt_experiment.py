@@ -315,7 +315,7 @@ def b2n_report(b2n: list[dict[str, Any]], setting: str) -> list[str]:
     verdict = "" if passed else (" The testbed does not qualify: a claim about keeping the "
                                  "pretrained manifold is not testable on it.")
     lines = [f"### Base-to-novel ({B2N_TITLE[setting]}; seeds {seeds_of(b2n)}; "
-             "% mean±std; paper = spec §3.3 11-dataset averages of the prior papers)", "",
+             "% mean±std; paper = the prior papers' 11-dataset averages)", "",
              f"Testbed power check {text}.{verdict}", "",
              "Overrides per method: " + "; ".join(
                  f"{LABEL[m]}: {' | '.join(o) or 'none'}" for m, o in over.items() if o) + ".",
