@@ -254,6 +254,52 @@ def test_list_lm_shows_the_backends(capsys):
     assert all(name in out for name in ("hf", "smollm2", "tiny"))
 
 
+# --- device ------------------------------------------------------------------------------------
+
+NO_CUDA = not torch.cuda.is_available()
+
+
+def test_cuda_where_torch_sees_none_is_a_one_line_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    spec = _spec("tiny", hidden=32, layers=2, heads=4, device="cuda")
+    with pytest.raises(LmError, match=r"^lm device 'cuda': torch sees no CUDA device"):
+        build_lm(spec)
+
+
+def test_a_backend_that_computes_on_the_cpu_only_refuses_another_device():
+    with pytest.raises(LmError, match="computes on the CPU only"):
+        CausalLM().to_device("cuda")
+
+
+@pytest.mark.skipif(NO_CUDA, reason="needs a CUDA device")
+def test_cuda_gives_the_cpu_numbers_on_cpu_tensors():
+    """Forward, KV-cached decoding, reads, patches and head contributions on the GPU
+    equal the CPU's, and every result comes back on the CPU."""
+    cpu = _tiny("llama", seed=5)
+    gpu = build_lm(
+        _spec("tiny", arch="llama", hidden=32, layers=2, heads=4, kv_heads=2, device="cuda"),
+        seed=5,
+    )
+    assert next(gpu.module.parameters()).is_cuda
+    a, b = cpu.forward(ROWS).logprobs, gpu.forward(ROWS).logprobs
+    assert b.device.type == "cpu" and torch.allclose(a, b, atol=1e-4)
+    sa, sb = cpu.start(ROWS), gpu.start(ROWS)
+    fa, sa = cpu.extend(sa, [[5, 6], [7], [8, 9, 10]])
+    fb, sb = gpu.extend(sb, [[5, 6], [7], [8, 9, 10]])
+    la, _ = cpu.step(cpu.expand(sa, 2), [1] * 6)
+    lb, _ = gpu.step(gpu.expand(sb, 2), [1] * 6)
+    assert torch.allclose(fa, fb, atol=1e-4) and torch.allclose(la, lb, atol=1e-4)
+    push = torch.randn(32, generator=torch.Generator().manual_seed(0))
+    site = Site("resid", 0, positions=(3,))
+    got = []
+    for lm in (cpu, gpu):
+        with lm.hooks(read=["heads.1", "resid.1"], patch={site: lambda v: v + push}) as rec:
+            out = lm.forward(ROWS).logprobs
+        got.append((out, rec["heads.1"], rec["resid.1"], lm.head_contributions(1, rec["heads.1"])))
+    for x, y in zip(*got, strict=True):
+        assert y.device.type == "cpu" and torch.allclose(x, y, atol=1e-4)
+
+
 # --- in-context learning -----------------------------------------------------------------------
 
 PAIRS = [icl.Example("hot", ("cold",)), icl.Example("big", ("small", "little")),

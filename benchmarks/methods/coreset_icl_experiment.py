@@ -145,10 +145,19 @@ def client_data(task: str, seed: int, pool: int, queries: int) -> ClientData:
     )
 
 
+#: Where SmolLM2 computes (``--device``; the same numbers to float rounding).
+DEVICE = {"device": "cpu"}
+
+
 def learner(task: str, **kw) -> CoresetIclLearner:
     _, template, words = TASKS[task]
     params = CoresetIclParams(
-        template=template, label_words=words, max_words=25, random_share=10, **kw
+        template=template,
+        label_words=words,
+        max_words=25,
+        random_share=10,
+        lm={"name": "smollm2", **DEVICE},
+        **kw,
     )
     return CoresetIclLearner(params, scenario=None)  # type: ignore[arg-type]
 
@@ -750,9 +759,7 @@ def run_report(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "part", choices=["lm", "selection", "proxy", "timing", "federated", "report"]
-    )
+    ap.add_argument("part", choices=["lm", "selection", "proxy", "timing", "federated", "report"])
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
@@ -801,9 +808,16 @@ def main() -> None:
         default="minilm",
         help="proxy: pool embeddings (lm_mean: SmolLM2's mean last hidden state)",
     )
+    ap.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="where SmolLM2 computes (the same numbers to float rounding; a GPU run of the grid)",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    DEVICE["device"] = args.device
     {
         "lm": run_lm,
         "selection": run_selection,

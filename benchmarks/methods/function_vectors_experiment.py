@@ -302,7 +302,7 @@ def informativeness(tasks, t, analyses, prompter, pool, p, seed) -> dict[str, fl
 
 def smollm2(args: argparse.Namespace, cells: Cells) -> None:
     quick = {"n_clean": 20, "n_corrupt": 4, "n_analysis": 6, "n_eval": 24, "n_quality": 8}
-    p = FunctionVectorsParams(lm={"name": "smollm2"}, draws=args.draws, **(
+    p = FunctionVectorsParams(lm={"name": "smollm2", "device": args.device}, draws=args.draws, **(
         quick if args.quick else {"n_clean": args.n_clean, "n_corrupt": args.n_corrupt,
                                   "n_analysis": args.n_analysis, "batch_size": args.batch_size,
                                   "chunk": args.chunk, "max_rows": args.max_rows}))
@@ -636,6 +636,8 @@ def main() -> None:
     ap.add_argument("--fed-n-clean", type=int, default=None,
                     help="clean prompts per client FV in federated_smollm2 (scenario: 50)")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where SmolLM2 computes (the same numbers to float rounding)")
     ap.add_argument("--n-clean", type=int, default=100, help="SmolLM2 clean prompts (Todd: 100)")
     ap.add_argument("--n-corrupt", type=int, default=25, help="SmolLM2 corrupted prompts "
                     "(Todd: 25)")

@@ -86,6 +86,11 @@ class LmParams(Params):
         description="compute dtype; bfloat16 matmuls are very slow on CPUs without AVX-512 "
         "(store weights in bf16 if you must, compute in float32)",
     )
+    device: Literal["cpu", "cuda"] = Field(
+        "cpu",
+        description="where the model computes (inference: scoring, decoding, hooks); "
+        "log-probs and recordings come back on the CPU either way",
+    )
 
 
 # --- tokenizers ----------------------------------------------------------------------------
@@ -301,8 +306,9 @@ class CausalLM:
       padded inside (``padding`` says on which side; results never depend on
       it beyond float rounding).
     - Log-probs are float32 ``torch`` tensors on the CPU, computed without
-      gradients; :attr:`module` is the underlying ``torch.nn.Module`` for
-      training and weights.
+      gradients, wherever the model computes (:attr:`device`);
+      :attr:`module` is the underlying ``torch.nn.Module`` for training and
+      weights (on :attr:`device`).
     - :meth:`start`, :meth:`step` and :meth:`extend` keep a KV cache: the
       log-probs they return equal a full forward pass over the same tokens
       (to float rounding, about 1e-6).
@@ -325,6 +331,13 @@ class CausalLM:
     #: :func:`set_text_prefix`); empty unless the backend's ``prefix`` names some. Prompt
     #: builders that follow a model's convention start their prompts with these.
     prefix_ids: tuple[int, ...] = ()
+    #: Where the model computes (``"cpu"`` or ``"cuda"``; see :meth:`to_device`).
+    device: str = "cpu"
+
+    def to_device(self, device: str) -> None:
+        """Compute on ``device`` from now on (results still come back on the CPU)."""
+        if device != "cpu":
+            raise LmError(f"lm backend {type(self).__name__} computes on the CPU only")
 
     @property
     def module(self) -> torch.nn.Module:
@@ -630,6 +643,9 @@ def build_lm(spec: Params, seed: int | None = None) -> CausalLM:
     """The language model a validated ``lm`` spec names (``seed`` overrides a backend's seed)."""
     kwargs = {} if seed is None else {"seed": seed}
     lm: CausalLM = registry.build("lm", spec, **kwargs)
+    device = getattr(spec, "device", "cpu")
+    if device != lm.device:
+        lm.to_device(device)
     return lm
 
 

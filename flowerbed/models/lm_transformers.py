@@ -212,6 +212,13 @@ class TransformersLM(CausalLM):
         """The transformers model."""
         return self.model
 
+    def to_device(self, device: str) -> None:
+        """Move the weights to ``device`` (``cpu`` or ``cuda``); results stay on the CPU."""
+        if device == "cuda" and not torch.cuda.is_available():
+            raise LmError("lm device 'cuda': torch sees no CUDA device here; use device: cpu")
+        self.model.to(device)
+        self.device = device
+
     @property
     def vocab_size(self) -> int:
         """Size of the model's output distribution (at least the tokenizer's)."""
@@ -251,9 +258,15 @@ class TransformersLM(CausalLM):
     ) -> torch.Tensor:
         """Log-softmax of the logits, ``(B, T, V)`` float32."""
         kwargs: dict[str, Any] = {self._cache_arg: cache, "use_cache": cache is not None}
+        dev = self.device
         with torch.no_grad():
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs)
-            return torch.log_softmax(out.logits.float(), dim=-1)
+            out = self.model(
+                input_ids=ids.to(dev),
+                attention_mask=mask.to(dev),
+                position_ids=positions.to(dev),
+                **kwargs,
+            )
+            return torch.log_softmax(out.logits.float(), dim=-1).cpu()
 
     def forward(self, batch: TokenBatch, padding: Padding = "left") -> ForwardOutput:
         """One pass over the padded batch; hooks apply."""
@@ -354,13 +367,13 @@ class TransformersLM(CausalLM):
     def head_contributions(self, layer: int, heads: torch.Tensor) -> torch.Tensor:
         """``(..., heads, head_dim)`` -> ``(..., heads, hidden)`` through the output projection."""
         w = _out_weight(self._parts.out_proj[self._layer(layer)])
-        w = w.reshape(w.shape[0], self.num_heads, self.head_dim).to(heads.dtype)
+        w = w.reshape(w.shape[0], self.num_heads, self.head_dim).to(heads.device, heads.dtype)
         return torch.einsum("...nd,hnd->...nh", heads, w)
 
     def out_proj_bias(self, layer: int) -> torch.Tensor | None:
         """Bias of the attention output projection of ``layer``."""
         bias = getattr(self._parts.out_proj[self._layer(layer)], "bias", None)
-        return None if bias is None else cast(torch.Tensor, bias).detach()
+        return None if bias is None else cast(torch.Tensor, bias).detach().cpu()
 
     def _layer(self, layer: int) -> int:
         if not -self.num_layers <= layer < self.num_layers:
@@ -442,19 +455,21 @@ class _Edit:
 
     def apply(self, value: torch.Tensor) -> torch.Tensor:
         out = value
+        on_cpu = out.device.type == "cpu"
         for site, patch in self.patches:
             idx = self._index(site.positions)
-            selected = out[idx]
+            # A patch sees and returns CPU tensors wherever the model computes.
+            selected = out[idx] if on_cpu else out[idx].cpu()
             new = patch(selected) if callable(patch) else patch
             if new is None:  # edited in place: a view (all positions) already changed ``out``
-                if site.positions is not None:
+                if site.positions is not None or not on_cpu:
                     out = out.clone()
-                    out[idx] = selected
+                    out[idx] = selected.to(out.device)
                 continue
             out = out.clone()
-            out[idx] = torch.as_tensor(new).to(out.dtype)
+            out[idx] = torch.as_tensor(new).to(out.device, out.dtype)
         for site in self.reads:
-            self.rec.add(site.key, out[self._index(site.positions)].detach().clone())
+            self.rec.add(site.key, out[self._index(site.positions)].detach().cpu().clone())
         return out
 
     def block_input(

@@ -555,6 +555,38 @@ def test_shared_prefix_scorer_equals_one_unpadded_forward_per_prompt(monkeypatch
     assert np.allclose(conf, conf_ref, atol=1e-5)
 
 
+@pytest.mark.skipif(not HAS_LM, reason="needs the lm extra")
+def test_the_shared_prefix_scorer_gives_the_cpu_numbers_on_cuda():
+    """A small cell (the prompts above, every scorer path) scored on the GPU equals the CPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from flowerbed.methods.coreset_icl import learner_prompts as pr
+    from flowerbed.models import icl
+    from flowerbed.models.lm import build_lm
+
+    spec = dict(name="tiny", hidden=32, layers=2, heads=4, kv_heads=2)
+    params = registry.get("lm", "tiny").params
+    cpu = build_lm(params(**spec), seed=3)
+    gpu = build_lm(params(**spec, device="cuda"), seed=3)
+    t = icl.Template("Q: {x}\nA:{y}\n\n")
+    gen = np.random.default_rng(4)
+    bank_x = ["".join(gen.choice(list("abcdefgh"), int(gen.integers(1, 12)))) for _ in range(6)]
+    demos = np.array([gen.permutation(6)[:3] for _ in range(14)])
+    demos[:5, 0] = demos[0, 0]
+    queries = ["".join(gen.choice(list("ijklmn"), int(gen.integers(1, 7)))) for _ in range(14)]
+    pairs = pr.prompts(t, "Sort:\n", bank_x, ["x", "y", "z"] * 2, demos, queries)
+    cands = [t.separator + c for c in "xyz"]
+    for scoring in ("shared", "reference"):
+        pr.clear_memo()
+        ref = pr.predict(cpu, pairs, cands, 4, scoring=scoring)
+        pr.clear_memo()
+        got = pr.predict(gpu, pairs, cands, 4, scoring=scoring)
+        assert got[0].tolist() == ref[0].tolist()
+        assert np.allclose(got[1], ref[1], atol=1e-4)
+
+
 # --- datasets ----------------------------------------------------------------------------
 
 

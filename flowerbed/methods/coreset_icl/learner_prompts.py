@@ -209,15 +209,16 @@ def last_logprobs(lm: CausalLM, rows: Sequence[Sequence[int]]) -> torch.Tensor:
         ids[b, width - len(r) :] = torch.as_tensor(list(r), dtype=torch.long)
         mask[b, width - len(r) :] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    dev = lm.device
     with torch.no_grad():
         out = lm.module(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
+            input_ids=ids.to(dev),
+            attention_mask=mask.to(dev),
+            position_ids=positions.to(dev),
             use_cache=False,
             logits_to_keep=1,
         )
-    return torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+    return torch.log_softmax(out.logits[:, -1].float(), dim=-1).cpu()
 
 
 def score(
@@ -335,7 +336,7 @@ def _cache_kw(lm: CausalLM, cache: Any) -> dict[str, Any]:
 
 
 def _prefill(lm: CausalLM, prefixes: Sequence[Sequence[int]]) -> tuple[Any, torch.Tensor]:
-    """A KV cache of the left-padded ``prefixes`` (one pass) and its attention mask.
+    """A KV cache of the left-padded ``prefixes`` (one pass, on the model's device) and its mask.
 
     Only the last position reaches the LM head (its logits are not used).
     """
@@ -351,11 +352,12 @@ def _prefill(lm: CausalLM, prefixes: Sequence[Sequence[int]]) -> tuple[Any, torc
         mask[b, width - len(r) :] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache(config=cast(Any, lm.module).config)
+    dev = lm.device
     with torch.no_grad():
         lm.module(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
+            input_ids=ids.to(dev),
+            attention_mask=mask.to(dev),
+            position_ids=positions.to(dev),
             logits_to_keep=1,
             **_cache_kw(lm, cache),
         )
@@ -389,17 +391,18 @@ def _suffix_logprobs(
     before = mask[pick]
     positions = before.sum(-1, keepdim=True) + torch.arange(width)[None, :]
     last = torch.as_tensor([[len(r) - 1] for r in rows], dtype=torch.long)
+    dev = lm.device
     mine = copy.deepcopy(cache)
-    mine.reorder_cache(pick)
+    mine.reorder_cache(pick.to(dev))
     with torch.no_grad():
         out = lm.module(
-            input_ids=ids,
-            attention_mask=torch.cat([before, new], dim=1),
-            position_ids=positions,
-            logits_to_keep=last,
+            input_ids=ids.to(dev),
+            attention_mask=torch.cat([before, new], dim=1).to(dev),
+            position_ids=positions.to(dev),
+            logits_to_keep=last.to(dev),
             **_cache_kw(lm, mine),
         )
-    return torch.log_softmax(out.logits[:, 0].float(), dim=-1)
+    return torch.log_softmax(out.logits[:, 0].float(), dim=-1).cpu()
 
 
 def _score_grouped(

@@ -511,5 +511,7 @@ def random_like(lm: CausalLM, seed: int) -> CausalLM:
         raise LmError(f"{type(lm).__name__}: no transformers config to re-initialise from")
     control = from_config(config, lm.tokenizer, "float32", seed)
     control.prefix_ids = lm.prefix_ids  # the same prompts, token for token
+    if lm.device != control.device:
+        control.to_device(lm.device)
     return control
 
