@@ -475,7 +475,11 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
     ax2.set(xlabel="training step", ylabel="drift: 1 - cos (text + image, train batch)",
             title=f"Drift of the used features, {setting} seed 0")
     ax2.set_yscale("symlog", linthresh=1e-3)
-    ax2.legend()
+    if ax2.get_lines():
+        ax2.legend()
+    else:  # the drift curves are stored with the base-to-novel cells only
+        ax2.text(0.5, 0.5, f"no {setting} cells in this results file", ha="center",
+                 va="center", transform=ax2.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
