@@ -35,7 +35,7 @@ SCEN = Path("scenarios/manipt")
 METHODS = ("coop", "kgcoop", "maple", "manipt")
 LABEL = {"zero_shot": "zero-shot", "coop": "CoOp", "kgcoop": "KgCoOp",
          "maple": "MaPLe-style", "manipt": "ManiPT"}
-#: The spec's table: base / novel / HM averaged over 11 datasets (prior papers; ManiPT's unknown).
+#: The prior papers' base / novel / HM, averaged over their 11 datasets (ManiPT's are unknown).
 PAPER = {"zero_shot": (69.34, 74.22, 71.70), "coop": (82.69, 63.22, 71.66),
          "kgcoop": (80.73, 73.60, 77.00), "maple": (82.28, 75.14, 78.55),
          "manipt": (None, None, None)}
@@ -369,9 +369,47 @@ def tuning_report(tuning: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: The nine columns of the paper's summary: (setting, shots, metric, header).
+NINE = (
+    *(("fewshot", k, "base_accuracy", f"{k} shot{'s' if k > 1 else ''}") for k in (1, 2, 4, 8, 16)),
+    ("cross", None, "transfer/fashion_mnist/accuracy", "cross: Fashion-MNIST"),
+    ("dg", None, "transfer/concepts_outline/accuracy", "DG: outline"),
+    ("dg", None, "shift/noise/accuracy", "DG: noise"),
+    ("dg", None, "shift/blur/accuracy", "DG: blur"),
+)
+
+
+def nine_column(cells: list[dict[str, Any]]) -> list[str]:
+    """Few-shot 1-16, cross-dataset and the three DG targets per method, and their mean.
+
+    Empty unless every column has cells. The mean is the plain mean of the nine
+    column means; no claim tests it (the claims file tests each setting, paired).
+    """
+    def column(method: str | None, setting: str, shots: int | None, name: str) -> list[float]:
+        cs = by(cells, setting=setting, **({} if shots is None else {"shots": shots}))
+        if method is None:  # zero-shot: every arm of a seed shares it
+            zero = name.replace("accuracy", "zero_shot_accuracy")
+            return metric(by(cs, method="maple") or cs, zero)
+        return metric(by(cs, method=method), name)
+
+    if not all(column(None, st, k, n) for st, k, n, _ in NINE):
+        return []
+    out = ["### Nine columns (accuracy %, mean±std over seeds; mean: the plain mean of the "
+           "nine)", "", "| method | " + " | ".join(h for *_, h in NINE) + " | mean |",
+           "|---|" + "---|" * (len(NINE) + 1)]
+    for m in (None, *METHODS):
+        cols = [column(m, st, k, n) for st, k, n, _ in NINE]
+        if not all(cols):
+            continue
+        mean = 100 * np.mean([np.mean(c) for c in cols])
+        out.append(f"| {LABEL[m] if m else 'zero-shot'} | "
+                   + " | ".join(mean_std(c) for c in cols) + f" | {mean:.1f} |")
+    return [*out, ""]
+
+
 def report(cells: list[dict[str, Any]]) -> str:
     """The markdown tables of every setting present in ``cells``."""
-    lines: list[str] = []
+    lines: list[str] = nine_column(cells)
     for setting in B2N:
         lines += b2n_report(by(cells, setting=setting), setting)
     few = by(cells, setting="fewshot")
