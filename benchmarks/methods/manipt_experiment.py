@@ -484,9 +484,12 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
     colour = {m: f"C{i}" for i, m in enumerate(("zero_shot", *METHODS))}
     few = by(cells, setting="fewshot")
     shots = sorted({c["shots"] for c in few})
-    fig, axes = plt.subplots(1, 2 if shots else 1, figsize=(11 if shots else 6, 4),
-                             squeeze=False)
-    ax2 = axes[0, -1]
+    # The drift curves are stored with the base-to-novel cells only.
+    setting = next((b for b in B2N if by(cells, setting=b)), None)
+    panels = bool(shots) + (setting is not None)
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), squeeze=False)
     if shots:
         ax1 = axes[0, 0]
         for m in ("zero_shot", *METHODS):
@@ -503,7 +506,15 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
                 title="Few-shot, 64 rendered concepts")
         ax1.set_xticks(shots, [str(s) for s in shots])
         ax1.legend()
-    setting = next((b for b in B2N if by(cells, setting=b)), "b2n")
+    if setting is not None:
+        drift_panel(axes[0, -1], cells, setting, colour)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def drift_panel(ax2: Any, cells: list[dict[str, Any]], setting: str,
+                colour: dict[str, str]) -> None:
+    """Per-step drift of the used features, one curve per method (``setting``, seed 0)."""
     for m in METHODS:
         cs = by(cells, setting=setting, method=m, seed=0)
         if cs and cs[0].get("steps"):
@@ -515,11 +526,6 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
     ax2.set_yscale("symlog", linthresh=1e-3)
     if ax2.get_lines():
         ax2.legend()
-    else:  # the drift curves are stored with the base-to-novel cells only
-        ax2.text(0.5, 0.5, f"no {setting} cells in this results file", ha="center",
-                 va="center", transform=ax2.transAxes)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 def main() -> None:
