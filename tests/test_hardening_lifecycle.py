@@ -58,7 +58,14 @@ def start_cli(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group: Ray's processes join it
+        # A suite started as a background job inherits SIGINT ignored, and so would
+        # the child: give it the default disposition, as a terminal's would have.
+        preexec_fn=_default_sigint,
     )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
