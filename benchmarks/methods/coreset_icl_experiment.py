@@ -145,18 +145,15 @@ def client_data(task: str, seed: int, pool: int, queries: int) -> ClientData:
     )
 
 
-#: Where SmolLM2 computes (``--device``; the same numbers to float rounding).
-DEVICE = {"device": "cpu"}
-
-
-def learner(task: str, **kw) -> CoresetIclLearner:
+def learner(task: str, device: str = "cpu", **kw) -> CoresetIclLearner:
+    """The SmolLM2 coreset learner for ``task``, computing on ``device`` (``--device``)."""
     _, template, words = TASKS[task]
     params = CoresetIclParams(
         template=template,
         label_words=words,
         max_words=25,
         random_share=10,
-        lm={"name": "smollm2", **DEVICE},
+        lm={"name": "smollm2", "device": device},
         **kw,
     )
     return CoresetIclLearner(params, scenario=None)  # type: ignore[arg-type]
@@ -267,6 +264,7 @@ def run_lm(args: argparse.Namespace) -> None:
             for proto, method, budget in todo:
                 lrn = learner(
                     task,
+                    args.device,
                     selectors=tuple(args.methods),
                     demo_modes=("retrieved",),
                     protocol="fill" if proto == "fill" else "k",
@@ -289,7 +287,9 @@ def run_selection(args: argparse.Namespace) -> None:
     for seed in args.seeds:
         for task in args.tasks:
             data = client_data(task, seed, args.pool, args.queries)
-            selection_cells(args, Pool(learner(task, selectors=cb.SELECTORS), data), task, seed)
+            selection_cells(
+                args, Pool(learner(task, args.device, selectors=cb.SELECTORS), data), task, seed
+            )
             print(f"selection {task} seed {seed} done", flush=True)
 
 
@@ -331,7 +331,9 @@ def run_proxy(args: argparse.Namespace) -> None:
     for seed in args.seeds:
         for task in args.tasks:
             data = client_data(task, seed, args.pool, args.queries)
-            pool = Pool(learner(task, selectors=PROXY_METHODS, embedding=args.embedding), data)
+            pool = Pool(
+                learner(task, args.device, selectors=PROXY_METHODS, embedding=args.embedding), data
+            )
             for budget in args.budgets:
                 for method in PROXY_METHODS:
                     idx, _ = select(method, pool, budget, seed)
@@ -817,7 +819,6 @@ def main() -> None:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    DEVICE["device"] = args.device
     {
         "lm": run_lm,
         "selection": run_selection,
