@@ -656,8 +656,23 @@ def federated_tables(rows: list[dict]) -> list[str]:
     return out
 
 
+def complete_seeds(rows: list[dict], task: str, proto: str, methods: list[str]) -> list[int]:
+    """Seeds of ``task`` where every selector in ``methods`` has a ``proto`` cell at each budget."""
+    have = {
+        (r["seed"], r["method"], r["budget"])
+        for r in rows
+        if r["task"] == task and r["protocol"] == proto
+    }
+    seeds = sorted({s for s, _, _ in have})
+    return [s for s in seeds if all((s, m, b) in have for m in methods for b in BUDGETS)]
+
+
 def plot_lm(rows: list[dict], path: Path) -> None:
-    """Accuracy vs budget per task (columns) and protocol (rows), mean over seeds."""
+    """Accuracy vs budget per task (columns) and protocol (rows).
+
+    Each panel averages the seeds where every selector ran both budgets, so its
+    lines compare the same pools and queries; a protocol with no cells gets no row.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -665,14 +680,19 @@ def plot_lm(rows: list[dict], path: Path) -> None:
 
     tasks = [t for t in TASKS if any(r["task"] == t for r in rows)]
     methods = [m for m in LM_METHODS if any(r["method"] == m for r in rows)]
+    protos = [p for p in PROTOCOLS if any(r["protocol"] == p for r in rows)]
     fig, axes = plt.subplots(
-        len(PROTOCOLS), len(tasks), figsize=(max(8.0, 3.6 * len(tasks)), 7.5), squeeze=False
+        len(protos),
+        len(tasks),
+        figsize=(max(8.0, 3.6 * len(tasks)), 1.0 + 3.4 * len(protos)),
+        squeeze=False,
     )
     colors = plt.get_cmap("tab10")
     for col, task in enumerate(tasks):
         zs = [r["acc_retrieved"] for r in rows if r["task"] == task and r["method"] == "zero_shot"]
-        for row_i, proto in enumerate(PROTOCOLS):
+        for row_i, proto in enumerate(protos):
             ax = axes[row_i][col]
+            seeds = complete_seeds(rows, task, proto, methods)
             for i, m in enumerate(methods):
                 pts = [
                     (b, np.mean(v))
@@ -683,6 +703,7 @@ def plot_lm(rows: list[dict], path: Path) -> None:
                             for r in rows
                             if (r["task"], r["protocol"], r["method"], r["budget"])
                             == (task, proto, m, b)
+                            and r["seed"] in seeds
                         ]
                     )
                 ]
@@ -696,7 +717,8 @@ def plot_lm(rows: list[dict], path: Path) -> None:
                 ax.plot(*zip(*pts, strict=True), marker="o", ms=4, label=m, **style)
             if zs:
                 ax.axhline(np.mean(zs), color="grey", ls=":", lw=1, label="zero-shot")
-            ax.set_title(f"{task}, protocol {proto}", fontsize=10)
+            n = len(seeds)
+            ax.set_title(f"{task}, protocol {proto} ({n} seed{'s' * (n != 1)})", fontsize=10)
             ax.set_ylabel("ICL accuracy (SmolLM2-135M)")
             ax.set_xscale("log")
             ax.set_xlim(BUDGETS[0] / 1.5, BUDGETS[-1] * 1.5)
@@ -711,8 +733,11 @@ def plot_lm(rows: list[dict], path: Path) -> None:
                 handles.append(h)
                 labels.append(lab)
     fig.legend(handles, labels, loc="lower center", ncol=min(7, len(labels)), fontsize=9)
-    fig.suptitle("Coreset selection for ICL, 300 queries per cell (mean over the seeds run)")
-    fig.tight_layout(rect=(0, 0.06, 1, 0.96))
+    fig.suptitle(
+        "Coreset selection for ICL, 300 queries per cell "
+        "(mean over the seeds where every selector ran both budgets)"
+    )
+    fig.tight_layout(rect=(0, 0.08 / len(protos), 1, 1 - 0.04 / len(protos)))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
