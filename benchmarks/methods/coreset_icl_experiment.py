@@ -681,6 +681,8 @@ def plot_lm(rows: list[dict], path: Path) -> None:
     tasks = [t for t in TASKS if any(r["task"] == t for r in rows)]
     methods = [m for m in LM_METHODS if any(r["method"] == m for r in rows)]
     protos = [p for p in PROTOCOLS if any(r["protocol"] == p for r in rows)]
+    if not protos:  # zero-shot cells alone: nothing to draw against a budget
+        return
     fig, axes = plt.subplots(
         len(protos),
         len(tasks),
