@@ -92,6 +92,18 @@ def test_kv_cache_matches_full_forward_after_mixed_decoding(tiny):
     assert state.lengths == [len(s) for s in seqs]
 
 
+@pytest.mark.parametrize("padding", ["left", "right"])
+def test_prefill_keeps_each_rows_last_distribution(tiny, padding):
+    """start computes logits at the rows' last positions only; they equal a full pass's."""
+    state = tiny.start(ROWS, padding)
+    for b, row in enumerate(ROWS):
+        assert torch.allclose(state.logprobs[b], tiny.logprobs([row])[0, -1], atol=1e-5)
+    fed, _ = tiny.extend(state, [[5], [6], [7]])
+    for b, (row, tok) in enumerate(zip(ROWS, [5, 6, 7], strict=True)):
+        assert fed[b, 0].item() == pytest.approx(tiny.logprobs([row])[0, -1, tok].item(),
+                                                 abs=1e-5)
+
+
 def test_spent_state_is_refused_and_fork_and_expand_branch():
     lm = _tiny()
     state = lm.start([ROWS[0]])

@@ -145,15 +145,18 @@ def client_data(task: str, seed: int, pool: int, queries: int) -> ClientData:
     )
 
 
-def learner(task: str, device: str = "cpu", **kw) -> CoresetIclLearner:
-    """The SmolLM2 coreset learner for ``task``, computing on ``device`` (``--device``)."""
+def learner(
+    task: str, device: str = "cpu", dtype: str = "float32", **kw
+) -> CoresetIclLearner:
+    """The SmolLM2 coreset learner for ``task``, computing on ``device`` (``--device``) in
+    ``dtype`` (``--dtype``)."""
     _, template, words = TASKS[task]
     params = CoresetIclParams(
         template=template,
         label_words=words,
         max_words=25,
         random_share=10,
-        lm={"name": "smollm2", "device": device},
+        lm={"name": "smollm2", "device": device, "dtype": dtype},
         **kw,
     )
     return CoresetIclLearner(params, scenario=None)  # type: ignore[arg-type]
@@ -188,6 +191,21 @@ def done_cells(path: Path) -> set[tuple]:
         (r["task"], r["seed"], r["protocol"], r["method"], r["budget"])
         for r in map(json.loads, path.read_text().splitlines())
     }
+
+
+def check_dtype(path: Path, protocols: list[str], dtype: str) -> None:
+    """Exit with one line if ``path`` holds cells of one of ``protocols`` computed in
+    another dtype (rows from before the dtype was recorded are float32)."""
+    if not path.exists():
+        return
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        stored = row.get("dtype", "float32")
+        if row["protocol"] in protocols and stored != dtype:
+            raise SystemExit(
+                f"{path}: protocol {row['protocol']} cells are {stored}; run it with "
+                f"--dtype {stored} (one dtype per protocol keeps its comparisons paired)"
+            )
 
 
 def append_line(path: Path, row: dict) -> None:
@@ -235,6 +253,7 @@ def lm_cell(lrn, pool, words, task, seed, protocol, method, budget) -> dict:
         "k_demos": lrn.p.k_demos if protocol == "k" else None,
         "select_s": sel_s,
         "scoring": lrn.p.scoring,
+        "dtype": lrn.p.lm.dtype,
         "wall_s": time.perf_counter() - start,
         "cpu_s": time.process_time() - cpu,
         **(diagnostics(pool, idx) if len(idx) >= 2 else {}),
@@ -246,6 +265,7 @@ def run_lm(args: argparse.Namespace) -> None:
     seed) in both protocols is stored before the next task or seed starts."""
     path = args.out / "lm_cells.jsonl"
     have = done_cells(path)
+    check_dtype(path, args.protocols, args.dtype)
     for seed in args.seeds:
         for task in args.tasks:
             todo = [
@@ -265,6 +285,7 @@ def run_lm(args: argparse.Namespace) -> None:
                 lrn = learner(
                     task,
                     args.device,
+                    args.dtype,
                     selectors=tuple(args.methods),
                     demo_modes=("retrieved",),
                     protocol="fill" if proto == "fill" else "k",
@@ -744,17 +765,63 @@ def plot_lm(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def read_cells(path: Path) -> dict[tuple, dict]:
+    """``lm_cells.jsonl`` by cell key; a rerun's line wins."""
+    cells = {}
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        cells[r["task"], r["seed"], r["protocol"], r["method"], r["budget"]] = r
+    return cells
+
+
+def dtype_tables(main: dict[tuple, dict], check: dict[tuple, dict]) -> list[str]:
+    """The same cells in two dtypes: accuracy, per-query agreement and the paired
+    PACS-minus-baseline unit differences the claims read, side by side."""
+    keys = sorted(k for k in check if k in main)
+    if not keys:
+        return []
+    dtypes = {r.get("dtype", "float32") for r in main.values()} | {
+        check[k].get("dtype", "float32") for k in keys
+    }
+    a = [[q["correct"] for q in main[k]["queries"]] for k in keys]
+    b = [[q["correct"] for q in check[k]["queries"]] for k in keys]
+    acc = np.array([np.mean(x) - np.mean(y) for x, y in zip(b, a, strict=True)])
+    agree = np.mean([np.mean(np.equal(x, y)) for x, y in zip(a, b, strict=True)])
+    out = [
+        f"\n### The same cells in two dtypes ({len(keys)} cells of "
+        f"{sorted({(k[0], k[1]) for k in keys})}; dtypes {sorted(dtypes)})\n",
+        f"- accuracy, check minus main: mean {acc.mean():+.4f}, "
+        f"mean |difference| {np.abs(acc).mean():.4f}, largest |difference| {np.abs(acc).max():.4f}",
+        f"- queries answered the same (correct in both or wrong in both): {agree:.4f}",
+        "\n| task | seed | PACS minus | main | check |",
+        "|---|---|---|---|---|",
+    ]
+    units = sorted({(k[0], k[1], k[2]) for k in keys})
+    for task, seed, proto in units:
+        for other in [m for m in LM_METHODS if m != "pacs"]:
+            diffs = []
+            for cells in (main, check):
+                d = [
+                    cells[task, seed, proto, "pacs", bud]["acc_retrieved"]
+                    - cells[task, seed, proto, other, bud]["acc_retrieved"]
+                    for bud in BUDGETS
+                    if all((task, seed, proto, m, bud) in check for m in ("pacs", other))
+                ]
+                diffs.append(f"{np.mean(d):+.4f}" if d else "—")
+            out.append(f"| {task} | {seed} | {other} | {diffs[0]} | {diffs[1]} |")
+    return out
+
+
 def run_report(args: argparse.Namespace) -> None:
     lines = ["# Coreset ICL results"]
     lm_path = args.out / "lm_cells.jsonl"
     if lm_path.exists():
-        cells = {}
-        for line in lm_path.read_text().splitlines():
-            r = json.loads(line)
-            key = (r["task"], r["seed"], r["protocol"], r["method"], r["budget"])
-            cells[key] = r  # a rerun's line wins
+        cells = read_cells(lm_path)
         rows = list(cells.values())
         lines += lm_tables(rows)
+        check = args.out / "dtype_check" / "lm_cells.jsonl"
+        if check.exists():
+            lines += dtype_tables(cells, read_cells(check))
         plot_lm(rows, args.out / "lm_accuracy_vs_budget.png")
         if args.out == OUT:  # the figure the method page shows
             page_img = OUT.parents[2] / "docs" / "methods" / "img"
@@ -842,6 +909,13 @@ def main() -> None:
         choices=["cpu", "cuda"],
         default="cpu",
         help="where SmolLM2 computes (the same numbers to float rounding; a GPU run of the grid)",
+    )
+    ap.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="lm: SmolLM2's compute dtype (one per protocol: a run refuses to mix them; the "
+        "stored fill grid is bfloat16, see docs/methods/coreset_icl.md)",
     )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -200,6 +200,7 @@ class TransformersLM(CausalLM):
         self._parts = _anatomy(model, self.num_layers)
         params = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._keeps_logits = "logits_to_keep" in params
         out = cast(Any, model).get_output_embeddings()
         self._vocab = int(out.weight.shape[0]) if out is not None else tokenizer.vocab_size
         if tokenizer.vocab_size > self._vocab:
@@ -254,10 +255,21 @@ class TransformersLM(CausalLM):
         return ids, mask
 
     def _run(
-        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        cache: Any,
+        keep: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Log-softmax of the logits, ``(B, T, V)`` float32."""
+        """Log-softmax of the logits, ``(B, T, V)`` float32.
+
+        With ``keep``, ``(B, len(keep), V)`` at those sequence positions only: the output
+        layer and the softmax skip the others (a third of a 256-token SmolLM2 prefill).
+        """
         kwargs: dict[str, Any] = {self._cache_arg: cache, "use_cache": cache is not None}
+        if keep is not None and self._keeps_logits:
+            kwargs["logits_to_keep"] = keep.to(self.device)
         dev = self.device
         with torch.no_grad():
             out = self.model(
@@ -266,7 +278,10 @@ class TransformersLM(CausalLM):
                 position_ids=positions.to(dev),
                 **kwargs,
             )
-            return torch.log_softmax(out.logits.float(), dim=-1).cpu()
+            logits = out.logits
+            if keep is not None and not self._keeps_logits:
+                logits = logits[:, keep.to(logits.device)]
+            return torch.log_softmax(logits.float(), dim=-1).cpu()
 
     def forward(self, batch: TokenBatch, padding: Padding = "left") -> ForwardOutput:
         """One pass over the padded batch; hooks apply."""
@@ -293,13 +308,12 @@ class TransformersLM(CausalLM):
         ids, mask = self._pad(prompts, padding)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = self._new_cache()
-        lp = self._run(ids, mask, positions, cache)
         lengths = [len(p) for p in prompts]
-        if padding == "left":
-            last = lp[:, -1]
-        else:
-            last = lp[torch.arange(len(prompts)), torch.tensor(lengths) - 1]
-        return _State(cache, mask, lengths, last)
+        ends = torch.tensor(lengths) - 1 if padding == "right" else torch.full((len(prompts),), -1)
+        ends = ends % ids.shape[1]
+        keep, where = torch.unique(ends, return_inverse=True)
+        lp = self._run(ids, mask, positions, cache, keep)
+        return _State(cache, mask, lengths, lp[torch.arange(len(prompts)), where])
 
     def step(
         self, state: DecodeState, tokens: Sequence[int]
