@@ -145,9 +145,7 @@ def client_data(task: str, seed: int, pool: int, queries: int) -> ClientData:
     )
 
 
-def learner(
-    task: str, device: str = "cpu", dtype: str = "float32", **kw
-) -> CoresetIclLearner:
+def learner(task: str, device: str = "cpu", dtype: str = "float32", **kw) -> CoresetIclLearner:
     """The SmolLM2 coreset learner for ``task``, computing on ``device`` (``--device``) in
     ``dtype`` (``--dtype``)."""
     _, template, words = TASKS[task]
@@ -780,35 +778,61 @@ def dtype_tables(main: dict[tuple, dict], check: dict[tuple, dict]) -> list[str]
     keys = sorted(k for k in check if k in main)
     if not keys:
         return []
-    dtypes = {r.get("dtype", "float32") for r in main.values()} | {
-        check[k].get("dtype", "float32") for k in keys
-    }
-    a = [[q["correct"] for q in main[k]["queries"]] for k in keys]
-    b = [[q["correct"] for q in check[k]["queries"]] for k in keys]
-    acc = np.array([np.mean(x) - np.mean(y) for x, y in zip(b, a, strict=True)])
-    agree = np.mean([np.mean(np.equal(x, y)) for x, y in zip(a, b, strict=True)])
+    dtypes = sorted({main[k].get("dtype", "float32") for k in keys}) + sorted(
+        {check[k].get("dtype", "float32") for k in keys}
+    )
     out = [
-        f"\n### The same cells in two dtypes ({len(keys)} cells of "
-        f"{sorted({(k[0], k[1]) for k in keys})}; dtypes {sorted(dtypes)})\n",
-        f"- accuracy, check minus main: mean {acc.mean():+.4f}, "
-        f"mean |difference| {np.abs(acc).mean():.4f}, largest |difference| {np.abs(acc).max():.4f}",
-        f"- queries answered the same (correct in both or wrong in both): {agree:.4f}",
-        "\n| task | seed | PACS minus | main | check |",
-        "|---|---|---|---|---|",
+        f"\n### The same cells in two dtypes (main {dtypes[0]}, check {dtypes[-1]}; "
+        f"{len(keys)} cells, units {sorted({(k[0], k[1]) for k in keys})})\n",
+        "| cells | n | accuracy, check minus main: mean | mean abs | largest abs "
+        "| queries scored the same |",
+        "|---|---|---|---|---|---|",
     ]
-    units = sorted({(k[0], k[1], k[2]) for k in keys})
-    for task, seed, proto in units:
+    groups = {
+        "zero-shot": [k for k in keys if k[3] == "zero_shot"],
+        "selection without the LM": [k for k in keys if k[3] not in ("zero_shot", "votek")],
+        "vote-k (its selection reads LM confidences)": [k for k in keys if k[3] == "votek"],
+    }
+    for name, ks in groups.items():
+        if not ks:
+            continue
+        acc = np.array([check[k]["acc_retrieved"] - main[k]["acc_retrieved"] for k in ks])
+        same = np.mean(
+            [
+                np.mean(
+                    [
+                        a["correct"] == b["correct"]
+                        for a, b in zip(main[k]["queries"], check[k]["queries"], strict=True)
+                    ]
+                )
+                for k in ks
+            ]
+        )
+        out.append(
+            f"| {name} | {len(ks)} | {acc.mean():+.4f} | {np.abs(acc).mean():.4f} "
+            f"| {np.abs(acc).max():.4f} | {same:.4f} |"
+        )
+    out += ["\n| task | seed | protocol | PACS minus | main | check |", "|---|---|---|---|---|---|"]
+    for task, seed, proto in sorted({(k[0], k[1], k[2]) for k in keys if k[2] != "none"}):
         for other in [m for m in LM_METHODS if m != "pacs"]:
-            diffs = []
-            for cells in (main, check):
-                d = [
-                    cells[task, seed, proto, "pacs", bud]["acc_retrieved"]
-                    - cells[task, seed, proto, other, bud]["acc_retrieved"]
-                    for bud in BUDGETS
-                    if all((task, seed, proto, m, bud) in check for m in ("pacs", other))
-                ]
-                diffs.append(f"{np.mean(d):+.4f}" if d else "—")
-            out.append(f"| {task} | {seed} | {other} | {diffs[0]} | {diffs[1]} |")
+            both = [
+                b
+                for b in BUDGETS
+                if all((task, seed, proto, m, b) in check for m in ("pacs", other))
+            ]
+            if not both:
+                continue
+            diff = [
+                np.mean(
+                    [
+                        cells[task, seed, proto, "pacs", b]["acc_retrieved"]
+                        - cells[task, seed, proto, other, b]["acc_retrieved"]
+                        for b in both
+                    ]
+                )
+                for cells in (main, check)
+            ]
+            out.append(f"| {task} | {seed} | {proto} | {other} | {diff[0]:+.4f} | {diff[1]:+.4f} |")
     return out
 
 
