@@ -92,9 +92,13 @@ def test_kv_cache_matches_full_forward_after_mixed_decoding(tiny):
     assert state.lengths == [len(s) for s in seqs]
 
 
+@pytest.mark.parametrize("head_subset", [True, False], ids=["logits_to_keep", "sliced"])
 @pytest.mark.parametrize("padding", ["left", "right"])
-def test_prefill_keeps_each_rows_last_distribution(tiny, padding):
-    """start computes logits at the rows' last positions only; they equal a full pass's."""
+def test_prefill_keeps_each_rows_last_distribution(tiny, padding, head_subset, monkeypatch):
+    """start computes logits at the rows' last positions only (through the model's
+    ``logits_to_keep``, or sliced from every position for a model without it); they
+    equal a full pass's."""
+    monkeypatch.setattr(tiny, "_keeps_logits", head_subset)
     state = tiny.start(ROWS, padding)
     for b, row in enumerate(ROWS):
         assert torch.allclose(state.logprobs[b], tiny.logprobs([row])[0, -1], atol=1e-5)
