@@ -739,6 +739,16 @@ def plot_lm(rows: list[dict], path: Path) -> None:
             if zs:
                 ax.axhline(np.mean(zs), color="grey", ls=":", lw=1, label="zero-shot")
             n = len(seeds)
+            if not n:
+                ax.text(
+                    0.5,
+                    0.85,
+                    "no seed with every selector\nat both budgets yet",
+                    transform=ax.transAxes,
+                    ha="center",
+                    va="center",
+                    color="grey",
+                )
             ax.set_title(f"{task}, protocol {proto} ({n} seed{'s' * (n != 1)})", fontsize=10)
             ax.set_ylabel("ICL accuracy (SmolLM2-135M)")
             ax.set_xscale("log")
