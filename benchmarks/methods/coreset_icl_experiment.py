@@ -41,6 +41,7 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -182,22 +183,22 @@ def diagnostics(pool: Pool, idx: np.ndarray) -> dict:
     }
 
 
-def done_cells(path: Path) -> set[tuple]:
+def read_cells(path: Path) -> dict[tuple, dict]:
+    """``lm_cells.jsonl`` by cell key (none if the file is missing); a rerun's line wins."""
     if not path.exists():
-        return set()
-    return {
-        (r["task"], r["seed"], r["protocol"], r["method"], r["budget"])
-        for r in map(json.loads, path.read_text().splitlines())
-    }
-
-
-def check_dtype(path: Path, protocols: list[str], dtype: str) -> None:
-    """Exit with one line if ``path`` holds cells of one of ``protocols`` computed in
-    another dtype (rows from before the dtype was recorded are float32)."""
-    if not path.exists():
-        return
+        return {}
+    cells = {}
     for line in path.read_text().splitlines():
-        row = json.loads(line)
+        r = json.loads(line)
+        cells[r["task"], r["seed"], r["protocol"], r["method"], r["budget"]] = r
+    return cells
+
+
+def check_dtype(path: Path, rows: Iterable[dict], protocols: list[str], dtype: str) -> None:
+    """Exit with one line if ``rows`` (stored in ``path``) hold cells of one of
+    ``protocols`` computed in another dtype (rows from before the dtype was recorded
+    are float32)."""
+    for row in rows:
         stored = row.get("dtype", "float32")
         if row["protocol"] in protocols and stored != dtype:
             raise SystemExit(
@@ -262,8 +263,9 @@ def run_lm(args: argparse.Namespace) -> None:
     """Cells in the order seed, task, protocol, budget, selector: every arm of a (task,
     seed) in both protocols is stored before the next task or seed starts."""
     path = args.out / "lm_cells.jsonl"
-    have = done_cells(path)
-    check_dtype(path, args.protocols, args.dtype)
+    stored = read_cells(path)
+    check_dtype(path, stored.values(), args.protocols, args.dtype)
+    have = set(stored)
     for seed in args.seeds:
         for task in args.tasks:
             todo = [
@@ -771,15 +773,6 @@ def plot_lm(rows: list[dict], path: Path) -> None:
     fig.tight_layout(rect=(0, 0.08 / len(protos), 1, 1 - 0.04 / len(protos)))
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def read_cells(path: Path) -> dict[tuple, dict]:
-    """``lm_cells.jsonl`` by cell key; a rerun's line wins."""
-    cells = {}
-    for line in path.read_text().splitlines():
-        r = json.loads(line)
-        cells[r["task"], r["seed"], r["protocol"], r["method"], r["budget"]] = r
-    return cells
 
 
 def dtype_tables(main: dict[tuple, dict], check: dict[tuple, dict]) -> list[str]:
